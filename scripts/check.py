@@ -1,0 +1,173 @@
+"""Check stage: what must hold for a built variant before anyone tests or publishes it.
+
+    python -m scripts.check build/<variant> [--strict]
+
+- metadata.json is valid for kernels-data and its digest matches the files;
+- the `kernels` loader, asked to choose among the variants in the build directory, picks this one;
+- kernel-abi-check: the .so against manylinux_2_28 and abi3 3.9 (the Hub's rules); the verdict is
+  recorded, and fails the check only with --strict (a Debian or Ubuntu build cannot meet it);
+- a fresh interpreter loads the variant through `kernels` and runs one call against the reference
+  (on the variant's device, when this machine has one).
+Results go to metadata.json under "checks" (metadata.json is outside the digest).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import kernel_abi_check
+from kernels_data import Digest, DigestAlgorithm, DigestValidationError, Metadata
+
+from . import variant
+from .common import REPO_ROOT, CheckError, log, main_wrapper, step
+
+MANYLINUX = "manylinux_2_28"
+PYTHON_ABI = "3.9"
+
+
+def digest_json(variant_dir: Path) -> dict:
+    digest = Digest.hash_variant(DigestAlgorithm.SHA256, variant_dir)
+    return {"algorithm": "sha256", "files": dict(sorted(digest.files.items()))}
+
+
+def read_metadata(variant_dir: Path) -> dict:
+    return json.loads((variant_dir / "metadata.json").read_text())
+
+
+def write_metadata(variant_dir: Path, meta: dict) -> None:
+    path = variant_dir / "metadata.json"
+    path.write_text(json.dumps(meta, indent=2) + "\n")
+    try:
+        Metadata.read_from_file(path)
+    except ValueError as err:
+        raise CheckError(f"{path} is not valid kernels metadata: {err}") from None
+
+
+def verify_digest(variant_dir: Path) -> None:
+    """Raise CheckError unless the files match the digest recorded in metadata.json."""
+    expected = Metadata.read_from_file(variant_dir / "metadata.json").digest
+    if expected is None:
+        raise CheckError(f"{variant_dir}/metadata.json has no digest")
+    try:
+        expected.validate(Digest.hash_variant(DigestAlgorithm.SHA256, variant_dir))
+    except DigestValidationError as err:
+        problems = "; ".join(str(v) for v in err.violations)
+        raise CheckError(f"{variant_dir} does not match its digest: {problems}") from None
+
+
+def abi_verdict(variant_dir: Path) -> dict:
+    verdict: dict = {"manylinux": MANYLINUX, "python_abi": PYTHON_ABI, "files": {}}
+    ok = True
+    for so in sorted(variant_dir.glob("*.so")):
+        obj = kernel_abi_check.ObjectFile(so)
+        manylinux = [str(v) for v in obj.check_manylinux(MANYLINUX)]
+        python_abi = [str(v) for v in obj.check_python_abi(PYTHON_ABI)]
+        verdict["files"][so.name] = {"manylinux_violations": manylinux, "python_abi_violations": python_abi}
+        ok = ok and not manylinux and not python_abi
+    verdict["ok"] = ok
+    return verdict
+
+
+def loader_verdict(variant_dir: Path, build_dir: Path, backend: str) -> dict:
+    chosen = variant.loader_choice(build_dir, backend)
+    if chosen != variant_dir.name:
+        raise CheckError(
+            f"the kernels loader would load {chosen!r} from {build_dir}, not the variant just built "
+            f"({variant_dir.name!r}): the name does not match this interpreter's torch"
+        )
+    return {"ok": True, "chosen": chosen}
+
+
+# Run in a fresh interpreter, so nothing imported by the build leaks into the proof that it loads.
+_SMOKE = r"""
+import json, sys, torch
+from pathlib import Path
+from kernels import get_local_kernel
+build_dir, backend = Path(sys.argv[1]), sys.argv[2]
+kernel = get_local_kernel(build_dir, backend=backend)
+result = {"loaded": kernel.__file__, "ran": False}
+device = "cpu" if backend == "cpu" else "cuda"
+if device == "cpu" or torch.cuda.is_available():
+    torch.manual_seed(0)
+    M, N, K = 96, 200, 256
+    dtype = kernel.SUPPORTED_DTYPES[0]
+    a = torch.randn(K, M, device=device).to(dtype)
+    b = torch.randn(K, N, device=device).to(dtype)
+    sa = torch.randn(K // 128, M, device=device)
+    sb = torch.randn(K // 128, (N + 127) // 128, device=device)
+    c = kernel.gemm(a, b, sa, sb)
+    ref = kernel.reference.gemm_reference(a, b, sa, sb)
+    result["ran"] = True
+    result["within_tolerance"] = bool(kernel.reference.within_tolerance(c, ref).all())
+print(json.dumps(result))
+"""
+
+
+def smoke_verdict(build_dir: Path, backend: str) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-c", _SMOKE, str(build_dir), backend], capture_output=True, text=True, cwd=REPO_ROOT
+    )
+    if proc.returncode != 0:
+        raise CheckError(f"loading the variant through kernels failed:\n{proc.stderr[-4000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if result["ran"] and not result["within_tolerance"]:
+        raise CheckError(f"the smoke call through kernels disagrees with the reference: {result}")
+    result["ok"] = True
+    return result
+
+
+def check_variant(variant_dir: Path, *, build_dir: Path | None = None, strict: bool = False) -> dict:
+    """Run every check, record the verdicts in metadata.json, raise CheckError on a failure."""
+    variant_dir = variant_dir.resolve()
+    build_dir = (build_dir or variant_dir.parent).resolve()
+    meta = read_metadata(variant_dir)
+    backend = meta["backend"]["type"]
+    checks: dict = {}
+    try:
+        with step("digest"):
+            verify_digest(variant_dir)
+            checks["digest"] = {"ok": True}
+        with step("loader choice"):
+            checks["loader"] = loader_verdict(variant_dir, build_dir, backend)
+        with step(f"ABI ({MANYLINUX}, abi3 {PYTHON_ABI})"):
+            checks["abi"] = abi_verdict(variant_dir)
+            _report_abi(checks["abi"])
+        with step("load through kernels in a fresh interpreter, one call"):
+            checks["smoke"] = smoke_verdict(build_dir, backend)
+    finally:
+        meta["checks"] = {**meta.get("checks", {}), **checks}
+        (variant_dir / "metadata.json").write_text(json.dumps(meta, indent=2) + "\n")
+    if strict and not checks["abi"]["ok"]:
+        raise CheckError(f"{variant_dir.name} violates {MANYLINUX} / abi3 {PYTHON_ABI} (see metadata.json)")
+    return checks
+
+
+def _report_abi(verdict: dict) -> None:
+    if verdict["ok"]:
+        log(f"    ABI: OK ({MANYLINUX}, abi3 {PYTHON_ABI})")
+        return
+    for name, found in verdict["files"].items():
+        for v in found["manylinux_violations"] + found["python_abi_violations"]:
+            log(f"    ABI: {name}: {v}")
+    log(f"    ABI: NOT {MANYLINUX}-compliant; the Hub would reject this build (publishing refuses it)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("variant_dir", type=Path)
+    parser.add_argument("--build-dir", type=Path, help="directory the loader chooses from (default: the parent)")
+    parser.add_argument("--strict", action="store_true", help="fail on ABI violations too")
+    args = parser.parse_args()
+    if not (args.variant_dir / "metadata.json").is_file():
+        raise CheckError(f"{args.variant_dir} is not a variant directory (no metadata.json)")
+    checks = check_variant(args.variant_dir, build_dir=args.build_dir, strict=args.strict)
+    print(json.dumps(checks, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    main_wrapper(main)

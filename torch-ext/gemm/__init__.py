@@ -1,0 +1,199 @@
+"""FP8 block-scaled matrix multiply (DeepSeek-V3 style scaling: one scale per 128 elements of K).
+
+Two layouts of the same product, both returning bf16 ``(M, N)``:
+
+* :func:`gemm` takes the AMD fp8-mm challenge layout (M- and N-contiguous operands).
+* :func:`gemm_natural` takes what model code holds: activations ``(M, K)`` and an ``nn.Linear``
+  weight ``(N, K)``.
+
+Every argument is validated here, before any kernel runs; a bad call raises ``ValueError`` or
+``TypeError`` naming the argument and leaves the output untouched.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import reference
+from ._ops import BACKEND, add_op_namespace_prefix, ops
+
+__all__ = ["gemm", "gemm_natural", "reference", "BLOCK", "SUPPORTED_DTYPES"]
+
+BLOCK = 128
+"""Scale block size along K (and along N for the weight scales)."""
+
+# The FP8 formats each backend computes with: MI300X (gfx942) hardware uses e4m3fnuz, Hopper e4m3fn.
+_DTYPES_BY_BACKEND = {
+    "cpu": (torch.float8_e4m3fn, torch.float8_e4m3fnuz),
+    "cuda": (torch.float8_e4m3fn,),
+    "rocm": (torch.float8_e4m3fnuz,),
+}
+SUPPORTED_DTYPES: tuple[torch.dtype, ...] = _DTYPES_BY_BACKEND[BACKEND]
+_DEVICE_TYPE = "cpu" if BACKEND == "cpu" else "cuda"
+
+
+def gemm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    a_scale: torch.Tensor,
+    b_scale: torch.Tensor,
+    c: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Block-scaled FP8 GEMM on the challenge ("seed") layout.
+
+    ``C[m, n] = sum_kb a_scale[kb, m] * b_scale[kb, n // 128] * sum_{k in block kb} a[k, m] * b[k, n]``,
+    accumulated in fp32 and rounded once to bf16.
+
+    Args:
+        a: ``(K, M)`` FP8, row-major (A transposed; M is contiguous). K is a multiple of 128.
+        b: ``(K, N)`` FP8 of the same dtype, row-major (B transposed).
+        a_scale: ``(K // 128, M)`` float32.
+        b_scale: ``(K // 128, ceil(N / 128))`` float32.
+        c: optional ``(M, N)`` bfloat16 output, written in place; allocated when ``None``.
+
+    Returns:
+        ``c``, shape ``(M, N)``, bfloat16.
+
+    Holding the challenge's views (``a`` as ``(M, K)`` with strides ``(1, M)``)? Pass ``a.T``, ``b.T``,
+    ``a_scale.T``, ``b_scale.T``: zero-copy.
+    """
+    _check_fp8("a", a, ("K", "M"))
+    K, M = a.shape
+    _check_fp8("b", b, ("K", "N"), like=a)
+    if b.shape[0] != K:
+        raise ValueError(f"b must have shape (K, N) = ({K}, N) to match a's K, got {tuple(b.shape)}")
+    N = b.shape[1]
+    _check_sizes(M, N, K, "a.shape[0]")
+    _check_tensor("a_scale", a_scale, (K // BLOCK, M), torch.float32, a, ("K/128", "M"))
+    _check_tensor("b_scale", b_scale, (K // BLOCK, _ceil_blocks(N)), torch.float32, a, ("K/128", "ceil(N/128)"))
+    c = _output("c", c, M, N, a, (a, b, a_scale, b_scale))
+    ops.gemm(a, b, a_scale, b_scale, c)
+    return c
+
+
+def gemm_natural(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    x_scale: torch.Tensor,
+    w_scale: torch.Tensor,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Block-scaled FP8 GEMM on the natural (K-contiguous) layout: ``out = (x * x_scale) @ (w * w_scale).T``.
+
+    Args:
+        x: ``(M, K)`` FP8 activations, row-major. K is a multiple of 128.
+        w: ``(N, K)`` FP8 weight (an ``nn.Linear`` weight), row-major, same dtype as ``x``.
+        x_scale: ``(M, K // 128)`` float32, one scale per row and 128-block of K.
+        w_scale: ``(ceil(N / 128), K // 128)`` float32, one scale per 128x128 weight block.
+        out: optional ``(M, N)`` bfloat16 output, written in place; allocated when ``None``.
+
+    Returns:
+        ``out``, shape ``(M, N)``, bfloat16.
+    """
+    _check_fp8("x", x, ("M", "K"))
+    M, K = x.shape
+    _check_fp8("w", w, ("N", "K"), like=x)
+    if w.shape[1] != K:
+        raise ValueError(f"w must have shape (N, K) = (N, {K}) to match x's K, got {tuple(w.shape)}")
+    N = w.shape[0]
+    _check_sizes(M, N, K, "x.shape[1]")
+    _check_tensor("x_scale", x_scale, (M, K // BLOCK), torch.float32, x, ("M", "K/128"))
+    _check_tensor("w_scale", w_scale, (_ceil_blocks(N), K // BLOCK), torch.float32, x, ("ceil(N/128)", "K/128"))
+    out = _output("out", out, M, N, x, (x, w, x_scale, w_scale))
+    ops.gemm_natural(x, w, x_scale, w_scale, out)
+    return out
+
+
+def _ceil_blocks(n: int) -> int:
+    return (n + BLOCK - 1) // BLOCK
+
+
+def _check_fp8(name: str, t: object, dims: tuple[str, str], like: torch.Tensor | None = None) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != 2:
+        raise ValueError(f"{name} must be 2-D ({dims[0]}, {dims[1]}), got {t.dim()}-D shape {tuple(t.shape)}")
+    if t.dtype not in SUPPORTED_DTYPES:
+        wanted = " or ".join(str(d) for d in SUPPORTED_DTYPES)
+        raise TypeError(f"{name} must be {wanted} on the {BACKEND} backend, got {t.dtype}")
+    if like is not None and t.dtype != like.dtype:
+        raise TypeError(f"{name} must have the same dtype as the first operand ({like.dtype}), got {t.dtype}")
+    _check_device(name, t, like)
+    _check_layout(name, t, dims)
+
+
+def _check_tensor(
+    name: str,
+    t: object,
+    shape: tuple[int, int],
+    dtype: torch.dtype,
+    like: torch.Tensor,
+    dims: tuple[str, str],
+) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != dtype:
+        raise TypeError(f"{name} must be {dtype}, got {t.dtype}")
+    if tuple(t.shape) != shape:
+        hint = ""
+        if t.dim() == 2 and tuple(t.shape) == shape[::-1] and shape[0] != shape[1]:
+            hint = f"; it looks transposed: pass {name}.T"
+        raise ValueError(f"{name} must have shape ({dims[0]}, {dims[1]}) = {shape}, got {tuple(t.shape)}{hint}")
+    _check_device(name, t, like)
+    _check_layout(name, t, dims)
+
+
+def _check_sizes(M: int, N: int, K: int, k_source: str) -> None:
+    if K <= 0 or K % BLOCK:
+        raise ValueError(f"K ({k_source}) must be a positive multiple of {BLOCK}, got {K}")
+    if M <= 0 or N <= 0:
+        raise ValueError(f"M and N must be positive, got M={M}, N={N}")
+
+
+def _check_device(name: str, t: torch.Tensor, like: torch.Tensor | None) -> None:
+    if t.device.type not in (_DEVICE_TYPE, "meta"):
+        raise ValueError(
+            f"{name} is on {t.device}, but this build of gemm (backend {BACKEND}) only has a kernel "
+            f"for {_DEVICE_TYPE} tensors"
+        )
+    if like is not None and t.device != like.device:
+        raise ValueError(f"{name} must be on the same device as the first operand ({like.device}), got {t.device}")
+
+
+def _check_layout(name: str, t: torch.Tensor, dims: tuple[str, str]) -> None:
+    if t.is_contiguous():
+        return
+    if t.dim() == 2 and t.T.is_contiguous():
+        raise ValueError(
+            f"{name} must be a row-major contiguous ({dims[0]}, {dims[1]}) tensor, got a transposed view "
+            f"(strides {t.stride()}): pass {name}.T (zero-copy) if you hold the ({dims[1]}, {dims[0]}) view"
+        )
+    raise ValueError(f"{name} must be row-major contiguous ({dims[0]}, {dims[1]}), got strides {t.stride()}")
+
+
+def _output(
+    name: str,
+    out: torch.Tensor | None,
+    M: int,
+    N: int,
+    like: torch.Tensor,
+    inputs: tuple[torch.Tensor, ...],
+) -> torch.Tensor:
+    if out is None:
+        return torch.empty((M, N), dtype=torch.bfloat16, device=like.device)
+    _check_tensor(name, out, (M, N), torch.bfloat16, like, ("M", "N"))
+    if not torch.compiler.is_compiling() and out.device.type != "meta":
+        for t in inputs:
+            if out.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
+                raise ValueError(f"{name} must not share memory with an input")
+    return out
+
+
+@torch.library.register_fake(add_op_namespace_prefix("gemm"))
+def _gemm_fake(a, b, a_scale, b_scale, c) -> None:
+    return None
+
+
+@torch.library.register_fake(add_op_namespace_prefix("gemm_natural"))
+def _gemm_natural_fake(x, w, x_scale, w_scale, out) -> None:
+    return None

@@ -1,0 +1,92 @@
+// Op schemas and per-backend registration. The Python wrappers in gemm/__init__.py validate every
+// argument with friendly messages first; the checks here keep direct torch.ops calls from reaching a
+// kernel with memory it must not touch.
+#include "torch_binding.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include "registration.h"
+
+namespace {
+
+constexpr int64_t kBlock = 128;
+
+void check_fp8(torch::Tensor const &t, char const *name) {
+  TORCH_CHECK(t.scalar_type() == at::kFloat8_e4m3fn || t.scalar_type() == at::kFloat8_e4m3fnuz,
+              name, " must be float8_e4m3fn or float8_e4m3fnuz, got ", t.scalar_type());
+}
+
+void check_2d(torch::Tensor const &t, char const *name, int64_t rows, int64_t cols,
+              at::ScalarType dtype, torch::Tensor const &ref) {
+  TORCH_CHECK(t.dim() == 2 && t.size(0) == rows && t.size(1) == cols, name, " must have shape (",
+              rows, ", ", cols, "), got ", t.sizes());
+  TORCH_CHECK(t.scalar_type() == dtype, name, " must be ", dtype, ", got ", t.scalar_type());
+  TORCH_CHECK(t.is_contiguous(), name, " must be row-major contiguous");
+  TORCH_CHECK(t.device() == ref.device(), name, " must be on ", ref.device(), ", got ", t.device());
+}
+
+// k_rows: true when K is the leading dim of the fp8 operands (seed layout).
+void check_arguments(torch::Tensor const &out, torch::Tensor const &a, torch::Tensor const &b,
+                     torch::Tensor const &a_scale, torch::Tensor const &b_scale, bool seed) {
+  check_fp8(a, "a");
+  check_fp8(b, "b");
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "a and b must share one dtype");
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "a and b must be 2-D");
+  int64_t const K = seed ? a.size(0) : a.size(1);
+  int64_t const M = seed ? a.size(1) : a.size(0);
+  int64_t const N = seed ? b.size(1) : b.size(0);
+  TORCH_CHECK(K > 0 && K % kBlock == 0, "K must be a positive multiple of 128, got ", K);
+  TORCH_CHECK(M > 0 && N > 0, "M and N must be positive");
+  int64_t const kb = K / kBlock, nb = (N + kBlock - 1) / kBlock;
+  if (seed) {
+    check_2d(a, "a", K, M, a.scalar_type(), a);
+    check_2d(b, "b", K, N, a.scalar_type(), a);
+    check_2d(a_scale, "a_scale", kb, M, at::kFloat, a);
+    check_2d(b_scale, "b_scale", kb, nb, at::kFloat, a);
+  } else {
+    check_2d(a, "x", M, K, a.scalar_type(), a);
+    check_2d(b, "w", N, K, a.scalar_type(), a);
+    check_2d(a_scale, "x_scale", M, kb, at::kFloat, a);
+    check_2d(b_scale, "w_scale", nb, kb, at::kFloat, a);
+  }
+  char const *out_name = seed ? "c" : "out";
+  check_2d(out, out_name, M, N, at::kBFloat16, a);
+  for (auto const *input : {&a, &b, &a_scale, &b_scale}) {
+    TORCH_CHECK(!out.is_alias_of(*input), out_name, " must not share memory with an input");
+  }
+}
+
+// Schema order (inputs first, then the output), unlike the backends' entry points.
+void gemm_checked(torch::Tensor const &a, torch::Tensor const &b, torch::Tensor const &a_scale,
+                  torch::Tensor const &b_scale, torch::Tensor &c) {
+  check_arguments(c, a, b, a_scale, b_scale, /*seed=*/true);
+  gemm_seed(c, a, b, a_scale, b_scale);
+}
+
+void gemm_natural_checked(torch::Tensor const &x, torch::Tensor const &w, torch::Tensor const &x_scale,
+                          torch::Tensor const &w_scale, torch::Tensor &out) {
+  check_arguments(out, x, w, x_scale, w_scale, /*seed=*/false);
+  gemm_natural(out, x, w, x_scale, w_scale);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
+  // C[m, n] = sum_kb a_scale[kb, m] * b_scale[kb, n / 128] * sum_{k in kb} a[k, m] * b[k, n], stored as bf16.
+  ops.def("gemm(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor(c!) c) -> ()");
+  // The same product with K-contiguous operands: out = (x * x_scale) @ (w * w_scale).T
+  ops.def("gemm_natural(Tensor x, Tensor w, Tensor x_scale, Tensor w_scale, Tensor(out!) out) -> ()");
+#if defined(CPU_KERNEL)
+  ops.impl("gemm", torch::kCPU, &gemm_checked);
+  ops.impl("gemm_natural", torch::kCPU, &gemm_natural_checked);
+#elif defined(CUDA_KERNEL) || defined(ROCM_KERNEL)
+  // ROCm builds of torch dispatch HIP tensors under the CUDA key too.
+  ops.impl("gemm", torch::kCUDA, &gemm_checked);
+  ops.impl("gemm_natural", torch::kCUDA, &gemm_natural_checked);
+#else
+#error "define one of CPU_KERNEL, CUDA_KERNEL, ROCM_KERNEL"
+#endif
+}
+
+REGISTER_EXTENSION(TORCH_EXTENSION_NAME)
