@@ -1,0 +1,129 @@
+"""scripts.docker_build planning, without a Docker engine."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from scripts import docker_build as db
+from scripts import matrix
+
+
+def _entries() -> list[matrix.Entry]:
+    # Synthetic versions: the real lists live only in docker/matrix.yaml.
+    def e(t, r, pr, digest=None):
+        return {"torch": t, "rocm": r, "python": "3.12", "pr": pr, "digest": digest, "checked": "test",
+                "image": f"rocm/pytorch:rocm{r}_ubuntu24.04_py3.12_pytorch_release_{t}"}
+    return matrix.parse({"schema": 1, "entries": [
+        e("3.5.0", "11.2", False), e("3.4.0", "11.2", True, "sha256:" + "ab" * 32), e("3.4.0", "11.3", False)]})
+
+
+def test_plan_all_entries(tmp_path):
+    jobs = db.plan(_entries(), out=tmp_path)
+    assert [j.name for j in jobs] == ["torch3.5-rocm11.2", "torch3.4-rocm11.2", "torch3.4-rocm11.3"]
+    by = {j.name: j for j in jobs}
+    pinned = by["torch3.4-rocm11.2"]
+    # pulled by digest, recorded as tag@digest
+    assert pinned.base_image == "rocm/pytorch@sha256:" + "ab" * 32
+    assert pinned.image_ref == "rocm/pytorch:rocm11.2_ubuntu24.04_py3.12_pytorch_release_3.4.0@sha256:" + "ab" * 32
+    assert pinned.expected_variant == "torch34-cxx11-rocm112-x86_64-linux"
+    assert by["torch3.5-rocm11.2"].base_image == "rocm/pytorch:rocm11.2_ubuntu24.04_py3.12_pytorch_release_3.5.0"
+    assert len({j.stage_dir for j in jobs}) == 3
+    assert all(j.stage_dir.parent == tmp_path / ".docker" for j in jobs)
+    assert all(j.log_path.suffix == ".log" and j.log_path.parent == tmp_path / ".docker" for j in jobs)
+
+
+def test_plan_filters(tmp_path):
+    assert [j.name for j in db.plan(_entries(), torch="3.4", out=tmp_path)] == ["torch3.4-rocm11.2", "torch3.4-rocm11.3"]
+    assert [j.name for j in db.plan(_entries(), torch="3.4", rocm="11.3", out=tmp_path)] == ["torch3.4-rocm11.3"]
+    with pytest.raises(matrix.MatrixError, match="--rocm"):
+        db.plan(_entries(), rocm="12.0", out=tmp_path)
+
+
+def test_base_image_override_replaces_one_entry(tmp_path):
+    (job,) = db.plan(_entries(), base_image="local/standin:abc", out=tmp_path)
+    assert job.name == "torch3.4-rocm11.2"  # the default (first pr) entry
+    assert job.base_image == job.image_ref == "local/standin:abc"
+    assert job.expected_variant is None  # whatever the torch inside names
+    (job,) = db.plan(_entries(), torch="3.5", base_image="x:y", out=tmp_path)
+    assert job.name == "torch3.5-rocm11.2"
+    with pytest.raises(db.DockerBuildError, match="--base-image"):
+        db.plan(_entries(), torch="3.4", base_image="x:y", out=tmp_path)
+
+
+def test_builder_tag_depends_on_every_input():
+    files = {"docker/Dockerfile": b"FROM x\n", "requirements/build.txt": b"a==1\n", "docker/requirements.txt": b""}
+    t = db.builder_tag(files, "sha256:1")
+    assert t.startswith("gemm-builder:") and len(t.split(":")[1]) == 16
+    assert db.builder_tag(dict(files), "sha256:1") == t
+    assert db.builder_tag(files, "sha256:2") != t
+    for k in files:
+        changed = dict(files)
+        changed[k] += b"# edit\n"
+        assert db.builder_tag(changed, "sha256:1") != t
+
+
+def test_context_tar_holds_exactly_the_files():
+    files = {"docker/Dockerfile": b"FROM x\n", "requirements/build.txt": b"a==1\n"}
+    with tarfile.open(fileobj=io.BytesIO(db.context_tar(files))) as tar:
+        assert sorted(tar.getnames()) == sorted(files)
+        assert tar.extractfile("docker/Dockerfile").read() == b"FROM x\n"
+
+
+def test_context_files_are_the_real_ones():
+    files = db.context_files()
+    assert set(files) == set(db.CONTEXT_FILES)
+    with pytest.raises(db.DockerBuildError, match="missing"):
+        db.context_files(Path("/nonexistent"))
+
+
+def test_build_command_passes_image_provenance():
+    cmd = db.build_command("img:tag@sha256:" + "0" * 64, "sha256:" + "1" * 64)
+    assert cmd[:3] == ["python3", "-m", "scripts.build"]
+    assert cmd[cmd.index("--out") + 1] == "/out"
+    assert cmd[cmd.index("--image-ref") + 1] == "img:tag@sha256:" + "0" * 64
+    assert cmd[cmd.index("--image-digest") + 1] == "sha256:" + "1" * 64
+
+
+def test_find_variant(tmp_path):
+    (tmp_path / ".obj").mkdir()
+    v = tmp_path / "torch34-cxx11-cpu-x86_64-linux"
+    v.mkdir()
+    with pytest.raises(db.DockerBuildError, match="none"):
+        db.find_variant(tmp_path)
+    (v / "metadata.json").write_text("{}")
+    assert db.find_variant(tmp_path) == v
+    assert db.find_variant(tmp_path, "/out/torch34-cxx11-cpu-x86_64-linux") == v
+    w = tmp_path / "torch35-cxx11-cpu-x86_64-linux"
+    w.mkdir()
+    (w / "metadata.json").write_text("{}")
+    assert db.find_variant(tmp_path, "/out/" + w.name) == w
+    with pytest.raises(db.DockerBuildError, match="expected one"):
+        db.find_variant(tmp_path, "garbage")
+
+
+def test_abi_summary_and_table():
+    assert db.abi_summary({}) == "not checked"
+    ok = {"checks": {"abi": {"ok": True, "manylinux": "manylinux_2_28", "files": {}}}}
+    assert db.abi_summary(ok) == "ok (manylinux_2_28)"
+    bad = {"checks": {"abi": {"ok": False, "manylinux": "manylinux_2_28", "files": {
+        "a.so": {"manylinux_violations": ["GLIBC_2.32", "GLIBCXX_3.4.30"], "python_abi_violations": ["x"]}}}}}
+    assert db.abi_summary(bad) == "FAIL (3 violations of manylinux_2_28/abi3)"
+    job = db.Job("e1", "b", "b", None, Path("/x"), Path("/x.log"))
+    table = db.summary_table([db.Result(job, ok=True, variant="v1", abi="ok", seconds=12.3),
+                              db.Result(job, ok=False, error="boom")])
+    lines = table.splitlines()
+    assert lines[0].split() == ["entry", "variant", "abi", "result", "time"]
+    assert "v1" in lines[2] and "12s" in lines[2] and "ok" in lines[2]
+    assert "FAILED" in lines[3]
+    json.dumps([r.__dict__ for r in []])
+
+
+def test_missing_engine_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    with pytest.raises(db.DockerBuildError, match="no Docker engine reachable at unix:///nonexistent"):
+        db.Engine(timeout=5)
