@@ -1,0 +1,91 @@
+"""Build and run C++ drivers of the HIP emulator (gemm/rocm/emu) under sanitizers.
+
+Used by tests/rocm/test_emulator_*.py. Drivers are compiled once per test session into a
+temporary directory (keyed by the hash of their sources and flags) with clang++-19, either with
+AddressSanitizer + UndefinedBehaviorSanitizer ("asan") or with ThreadSanitizer ("tsan").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ROCM_DIR = REPO / "gemm" / "rocm"
+EMU_DIR = ROCM_DIR / "emu"
+
+CXX = os.environ.get("GEMM_EMU_CXX", "clang++-19")
+
+COMMON_FLAGS = ["-std=c++17", "-O1", "-g", "-Wall", "-Wextra", "-Wno-psabi", "-fno-omit-frame-pointer",
+                "-DGEMM_HIP_EMULATOR=1", "-pthread"]
+SANITIZER_FLAGS = {
+    "asan": ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"],
+    "tsan": ["-fsanitize=thread"],
+}
+SANITIZER_ENV = {
+    # Leak checking stays on; any report aborts with a non-zero exit status.
+    "asan": {"ASAN_OPTIONS": "abort_on_error=0:detect_leaks=1:strict_string_checks=1:check_initialization_order=1",
+             "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"},
+    "tsan": {"TSAN_OPTIONS": "halt_on_error=1:exitcode=66:second_deadlock_stack=1"},
+}
+SANITIZERS = tuple(SANITIZER_FLAGS)
+
+
+def compiler() -> str:
+    path = shutil.which(CXX)
+    if path is None:
+        pytest.fail(f"{CXX} not found: the emulator tests need clang-19 and libclang-rt-19-dev "
+                    "(listed in .ci/apt-packages.txt)")
+    return path
+
+
+def _headers() -> list[Path]:
+    return sorted(p for p in ROCM_DIR.rglob("*") if p.is_file() and p.suffix in {".h", ".hpp", ".cuh", ".hip", ".cpp", ".inc"})
+
+
+class Builder:
+    """Compiles drivers into `root`, at most once per (sources, flags)."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._done: dict[str, Path] = {}
+
+    def build(self, source: Path, sanitizer: str, extra_flags: tuple[str, ...] = (),
+              include_dirs: tuple[Path, ...] = ()) -> Path:
+        if sanitizer not in SANITIZER_FLAGS:
+            raise ValueError(f"sanitizer must be one of {SANITIZERS}, got {sanitizer!r}")
+        flags = COMMON_FLAGS + SANITIZER_FLAGS[sanitizer] + list(extra_flags)
+        flags += [f"-I{d}" for d in include_dirs]
+        h = hashlib.sha256()
+        h.update(" ".join(flags).encode())
+        for f in [Path(source), *_headers()]:
+            h.update(str(f).encode())
+            h.update(f.read_bytes())
+        key = h.hexdigest()[:16]
+        if key in self._done:
+            return self._done[key]
+        exe = self.root / f"{Path(source).stem}-{sanitizer}-{key}"
+        if not exe.exists():
+            cmd = [compiler(), *flags, str(source), "-o", str(exe)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+            if proc.returncode != 0:
+                pytest.fail(f"compiling {source} ({sanitizer}) failed:\n{' '.join(cmd)}\n{proc.stderr[-6000:]}")
+        self._done[key] = exe
+        return exe
+
+
+def run(exe: Path, args: list[str], sanitizer: str, timeout: float = 600,
+        expect_ok: bool = True) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.update(SANITIZER_ENV[sanitizer])
+    proc = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env)
+    if expect_ok and proc.returncode != 0:
+        pytest.fail(f"{exe.name} {' '.join(map(str, args))} exited with {proc.returncode} under {sanitizer}:\n"
+                    f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-8000:]}")
+    return proc
