@@ -1,0 +1,291 @@
+"""The publisher against a loopback Hub stand-in, through the real huggingface_hub client."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scripts import publish
+from tests.publish.conftest import CPU, CUDA, READ_TOKEN, REPO, ROCM, WRITE_TOKEN, writes
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def branch_files(hub, rev="v1", prefix="build/"):
+    return {p: d for p, d in hub.files(REPO, rev).items() if p.startswith(prefix)}
+
+
+def test_first_publish(hub, project, run_publish):
+    project.variant(CPU)
+    project.variant(ROCM, ops="_gemm_rocm_abc1234")
+    results = project.root / "benchmarks" / "results" / "mi300x"
+    results.mkdir(parents=True)
+    (results / "gemm.json").write_text(json.dumps(
+        {"device": "MI300X", "results": [{"m": 1024, "n": 1536, "k": 7168, "tflops": 812.5}]}))
+
+    rc, out = run_publish()
+    assert rc == 0, out
+
+    expected = {**project.local_files(CPU), **project.local_files(ROCM)}
+    assert branch_files(hub) == expected
+    files = hub.files(REPO, "v1")
+    assert files["benchmarks/benchmark_gemm.py"] == (project.root / "benchmarks/benchmark_gemm.py").read_bytes()
+    assert "benchmarks/run.py" not in files
+    # one release commit on top of main's history; no side branch left behind
+    assert set(hub.branches(REPO)) == {"main", "v1"}
+    titles = hub.commit_titles(REPO, "v1")
+    assert len(titles) == 2 and titles[0].startswith("Publish gemm v1")
+    # the binaries went through the large-file path before the commit
+    so_bytes = sum(len(d) for p, d in expected.items() if p.endswith(".so"))
+    assert hub.lfs_bytes_uploaded == so_bytes
+    # the kernel card on main
+    card = hub.files(REPO, "main")["README.md"].decode()
+    assert f'get_kernel("{REPO}", version=1)' in card and "gemm_natural(" in card
+    assert f"`{CPU}`" in card and f"`{ROCM}`" in card and "gfx942" in card
+    assert "812.5" in card and "MI300X" in card
+    assert "README.md" not in hub.files(REPO, "v1") or hub.files(REPO, "v1")["README.md"] != card.encode()
+
+
+def test_republish_makes_no_commit_and_uploads_nothing(hub, project, run_publish):
+    project.variant(CPU)
+    assert run_publish()[0] == 0
+    heads, n_requests = hub.branches(REPO), len(hub.requests)
+    before = writes(hub)
+
+    rc, out = run_publish()
+    assert rc == 0, out
+    assert "Nothing to publish" in out and f"{CPU}: skip" in out
+    assert hub.branches(REPO) == heads
+    assert writes(hub) == before  # no create, branch, preupload, LFS or commit request
+    assert len(hub.requests) > n_requests  # it did look at the Hub
+
+
+def test_rebuilt_variant_deletes_stale_file_keeps_other_variants(hub, project, run_publish):
+    project.variant(CPU, extra_files={"layers/old_layer.py": b"OLD = 1\n"})
+    project.variant(ROCM, ops="_gemm_rocm_abc1234")
+    assert run_publish()[0] == 0
+    rocm_before = branch_files(hub, prefix=f"build/{ROCM}/")
+    old_head = hub.head(REPO, "v1")
+
+    # Rebuild only the CPU variant: new ops namespace (new .so name), the extra layer file is gone.
+    import shutil
+    shutil.rmtree(project.build / ROCM)
+    project.variant(CPU, ops="_gemm_cpu_def5678")
+    rc, out = run_publish()
+    assert rc == 0, out
+
+    cpu_now = branch_files(hub, prefix=f"build/{CPU}/")
+    assert cpu_now == project.local_files(CPU)
+    assert f"build/{CPU}/_gemm_cpu_abc1234.abi3.so" not in cpu_now
+    assert f"build/{CPU}/layers/old_layer.py" not in cpu_now
+    assert branch_files(hub, prefix=f"build/{ROCM}/") == rocm_before  # kept
+    # adds and deletes landed in one commit on top of the previous head
+    assert hub.commit_titles(REPO, "v1")[1:] == hub.commit_titles(REPO, old_head)
+    assert f"{ROCM}: kept" in out
+
+
+def test_failure_between_upload_and_commit_leaves_branch_unchanged(hub, project, run_publish):
+    project.variant(CPU)
+    assert run_publish()[0] == 0
+    head, files_before = hub.head(REPO, "v1"), hub.files(REPO, "v1")
+
+    project.variant(CPU)  # rebuilt: new .so bytes
+    uploaded_before, commits_before = hub.lfs_bytes_uploaded, hub.count("commit")
+    hub.inject("commit", 500, times=100)
+    rc, out = run_publish()
+    assert rc == 1 and "500" in out
+    assert hub.lfs_bytes_uploaded > uploaded_before  # the upload happened ...
+    assert hub.head(REPO, "v1") == head and hub.files(REPO, "v1") == files_before  # ... the branch did not move
+    assert hub.count("commit") == commits_before + 4  # 1 + 3 retries
+
+    hub.faults.clear()
+    uploaded = hub.lfs_bytes_uploaded
+    rc, out = run_publish()
+    assert rc == 0, out
+    assert branch_files(hub) == project.local_files(CPU)
+    assert hub.lfs_bytes_uploaded == uploaded  # already stored: not sent again
+
+
+def test_failed_first_publish_creates_no_version_branch(hub, project, run_publish):
+    project.variant(CPU)
+    hub.inject("commit", 502, times=100)
+    rc, out = run_publish()
+    assert rc == 1
+    assert set(hub.branches(REPO)) == {"main"}  # no v1, side branch cleaned up
+
+
+def test_concurrent_publish_rejected_through_parent_commit(hub, project, run_publish):
+    project.variant(CPU)
+    assert run_publish()[0] == 0
+    project.variant(CPU)
+    fired = []
+
+    def other_publisher(args):
+        if not fired:
+            fired.append(hub.commit_direct(REPO, "v1", {"build/other/x.txt": b"x"}, title="someone else"))
+
+    hub.before["commit"] = other_publisher
+    rc, out = run_publish()
+    assert rc == 1 and "moved" in out
+    assert hub.head(REPO, "v1") == fired[0]  # only the other commit landed
+    assert hub.commit_titles(REPO, "v1")[0] == "someone else"
+
+
+def test_multi_commit_staged_on_side_branch_then_promoted(hub, project, run_publish):
+    project.variant(CPU)
+    assert run_publish()[0] == 0
+    old_head = hub.head(REPO, "v1")
+    extra = {f"layers/l{i}.py": f"L = {i}\n".encode() for i in range(5)}
+    project.variant(CPU, extra_files=extra)
+    seen = []
+
+    def watch(args):
+        seen.append((args["rev"], hub.head(REPO, "v1")))
+
+    hub.before["commit"] = watch
+    rc, out = run_publish("--max-ops-per-commit", "2")
+    assert rc == 0, out
+    assert len(seen) >= 3  # several commits ...
+    assert all(rev.startswith("v1-publish-") for rev, _ in seen)  # ... all on the side branch ...
+    assert all(head == old_head for _, head in seen)  # ... while v1 stayed put
+    assert branch_files(hub) == project.local_files(CPU)
+    assert set(hub.branches(REPO)) == {"main", "v1"}
+    titles = hub.commit_titles(REPO, "v1")
+    assert titles[len(seen):] == hub.commit_titles(REPO, old_head)
+    assert all("(part " in t for t in titles[:len(seen)])
+
+
+def test_staged_release_not_promoted_when_branch_moves(hub, project, run_publish):
+    project.variant(CPU)
+    assert run_publish()[0] == 0
+    project.variant(CPU, extra_files={f"layers/l{i}.py": b"x\n" for i in range(4)})
+    fired = []
+
+    def other_publisher(args):
+        if not fired:
+            fired.append(hub.commit_direct(REPO, "v1", {"build/other/x.txt": b"x"}, title="someone else"))
+
+    hub.before["commit"] = other_publisher
+    rc, out = run_publish("--max-ops-per-commit", "2")
+    assert rc == 1 and "moved during staging" in out
+    assert hub.head(REPO, "v1") == fired[0]
+    assert set(hub.branches(REPO)) == {"main", "v1"}
+
+
+def test_dry_run_changes_nothing(hub, project, run_publish):
+    project.variant(CPU)
+    assert run_publish()[0] == 0
+    project.variant(CPU, ops="_gemm_cpu_def5678")
+    project.variant(CUDA, ops="_gemm_cuda_abc1234")
+    state, before = {b: hub.files(REPO, b) for b in hub.branches(REPO)}, writes(hub)
+
+    for token in (WRITE_TOKEN, None):
+        rc, out = run_publish("--dry-run", token=token) if token else run_publish(token=None)
+        assert rc == 0, out
+        assert "nothing was changed" in out
+        assert f"+ build/{CPU}/_gemm_cpu_def5678.abi3.so" in out
+        assert f"- build/{CPU}/_gemm_cpu_abc1234.abi3.so" in out
+        assert f"{CUDA}: new" in out and "branch v1 (at" in out
+        assert writes(hub) == before
+        assert {b: hub.files(REPO, b) for b in hub.branches(REPO)} == state
+
+
+@pytest.mark.parametrize("problem", ["failed_check", "missing_abi_check", "dirty", "toml_version", "tag_version"])
+def test_refusals_and_force_with_reason(hub, project, run_publish, problem):
+    args: list[str] = []
+    if problem == "failed_check":
+        checks = {"abi": {"ok": True}, "loader": {"ok": True}, "smoke": {"ok": True}, "tests": {"ok": False}}
+        project.variant(CPU, checks=checks)
+    elif problem == "missing_abi_check":
+        project.variant(CPU, checks={"loader": {"ok": True}, "smoke": {"ok": True}})
+    elif problem == "dirty":
+        project.variant(CPU, dirty=True)
+    elif problem == "toml_version":
+        project.variant(CPU)
+        project.write_toml(2)
+    else:
+        project.variant(CPU)
+        args = ["--tag", "v2.0.0"]
+
+    rc, out = run_publish(*args)
+    assert rc == 2 and "REFUSED" in out and "--force" in out
+    assert writes(hub) == [] and REPO not in hub.repos
+
+    rc, out = run_publish(*args, "--force", "--reason", "hotfix approved by lead")
+    assert rc == 0, out
+    title = hub.commit_titles(REPO, "v1")[0]
+    assert "forced: hotfix approved by lead" in title
+    assert "Forced despite" in hub.commit_description(REPO, "v1")
+
+
+def test_force_needs_a_reason(project, run_publish):
+    project.variant(CPU)
+    with pytest.raises(SystemExit) as exc:
+        run_publish("--force")
+    assert exc.value.code == 2
+
+
+def test_truncated_binary_is_never_published(hub, project, run_publish):
+    def truncate(d):
+        so = d / "_gemm_cpu_abc1234.abi3.so"
+        so.write_bytes(so.read_bytes()[:100])
+
+    project.variant(CPU, tamper=truncate)
+    rc, out = run_publish("--force", "--reason", "try anyway")
+    assert rc == 1 and "do not match the metadata digest" in out
+    assert hub.requests == []
+
+
+@pytest.mark.parametrize("case", ["invalid_token", "read_only_token", "approval_pending"])
+def test_auth_errors_have_clear_messages(hub, project, run_publish, case):
+    project.variant(CPU)
+    token = {"invalid_token": "hf_not_a_real_token", "read_only_token": READ_TOKEN,
+             "approval_pending": WRITE_TOKEN}[case]
+    if case == "approval_pending":
+        hub.approval_pending.add(REPO.split("/")[0])
+    rc, out = run_publish(token=token)
+    assert rc == 1
+    assert token not in out
+    if case == "invalid_token":
+        assert "401" in out and "HF_TOKEN is invalid or expired" in out
+    elif case == "read_only_token":
+        assert "403" in out and "write access" in out
+    else:
+        assert "403" in out and "approval" in out
+    assert REPO not in hub.repos
+
+
+def test_rate_limit_and_server_errors_are_retried(hub, project, run_publish):
+    project.variant(CPU)
+    hub.inject("refs", 429, times=2, headers={"Retry-After": "0"})
+    hub.inject("commit", 503, times=1)
+    rc, out = run_publish()
+    assert rc == 0, out
+    assert "HTTP 429, retry 1/3" in out and "HTTP 503" in out
+    assert branch_files(hub) == project.local_files(CPU)
+    assert len(hub.commit_titles(REPO, "v1")) == 2  # the retried commit landed once
+
+
+def test_cli_without_token_prints_plan_and_exits_0(project):
+    project.variant(CPU)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE", "GITHUB_ACTIONS",
+                        "ACTIONS_ID_TOKEN_REQUEST_URL", "GITHUB_REF_TYPE", "GITHUB_REF_NAME")}
+    proc = subprocess.run([sys.executable, "-m", "scripts.publish", "--build-dir", str(project.build)],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{CPU}: new" in proc.stdout and "branch v1" in proc.stdout
+    assert f"+ build/{CPU}/_gemm_cpu_abc1234.abi3.so" in proc.stdout
+    assert "nothing was changed" in proc.stdout
+
+
+def test_bad_arguments_name_the_argument(project, run_publish, tmp_path):
+    with pytest.raises(SystemExit):
+        publish.main(["--build-dir", str(project.build), "--repo", "not-a-repo"])
+    rc = publish.main(["--build-dir", str(tmp_path / "missing")], log=lambda s: None)
+    assert rc == 1
