@@ -1,0 +1,418 @@
+"""GPU-test one built variant on an MI300X runner, as a user would get it.
+
+On the runner host (docker SDK; the job ran ``python -m scripts.preflight`` first)::
+
+    python -m scripts.gpu_test run --artifact DIR --image REF --out DIR [--no-bench]
+
+1. ``DIR`` must be one variant directory (``torch213-cxx11-rocm100-x86_64-linux``) holding a
+   ``metadata.json``; it is copied alone into ``OUT/kernel/build/<variant>`` (never the build tree).
+2. A fresh container of ``REF`` (the rocm/pytorch image the variant was built in, pinned
+   ``tag@sha256``) starts with the AMD device flags (``/dev/kfd``, ``/dev/dri``, group ``video``
+   and the host's ``render`` group, ``seccomp=unconfined``, ``ipc=host``); the checkout is mounted
+   read-only at /src (tests and benchmarks only; a ``build/`` there is refused), the variant at
+   /kernel/build, results at /results. Its log streams to ``OUT/container.log``; the container
+   is removed whatever happens (timeout, failure, cancel).
+3. Inside, ``python -m scripts.gpu_test inside`` installs ``--requirements`` (default
+   requirements/gpu-test.txt), checks that the ``kernels`` loader, in that image's torch, selects
+   exactly this variant and imports it from /kernel/build, runs the GPU tests (pytest on
+   tests/rocm/test_rocm_gpu.py and tests/kernel, ``GEMM_KERNEL_DIR=/kernel/build``) and the
+   benchmark (``python -m benchmarks.run``), and writes ``/results/report.json``.
+4. The host writes ``checks.tests`` into the copied variant's metadata.json (the digest covers
+   every file but metadata.json, so the artifact's bytes are unchanged): ``OUT/kernel/build/<variant>``
+   is the tested artifact the release publishes.
+
+Exit status 0 when every step passed; 1 when a check or test failed; 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import grp
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+GPU_TESTS = ("tests/rocm/test_rocm_gpu.py", "tests/kernel")
+DEFAULT_REQUIREMENTS = "requirements/gpu-test.txt"
+KERNEL_MOUNT = "/kernel/build"
+SRC_MOUNT = "/src"
+RESULTS_MOUNT = "/results"
+AMD_DEVICES = ("/dev/kfd", "/dev/dri")
+LABEL_VARIANT = "org.gemm.gpu-test.variant"
+LABEL_RUN = "org.gemm.gpu-test.run"
+_VARIANT = re.compile(r"torch[0-9]+-cxx11-rocm[0-9]+-x86_64-linux")
+_IMAGE = re.compile(r"[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(@sha256:[0-9a-f]{64})?")
+
+
+class GpuTestError(RuntimeError):
+    """A precondition or step failed; the message says which and why."""
+
+
+class UsageError(GpuTestError):
+    """A command-line argument is wrong; the message names it."""
+
+
+# ----------------------------------------------------------------------------------------------
+# host side
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything `run` will do, resolved before any container starts."""
+
+    variant: str
+    artifact: Path
+    image: str
+    out: Path
+    staged: Path  # OUT/kernel/build/<variant>
+    results: Path  # OUT/results
+    log: Path  # OUT/container.log
+    requirements: str
+    bench: bool
+    timeout_s: int
+    container_name: str
+
+    def container_kwargs(self, src: Path, group_add: list[str]) -> dict[str, Any]:
+        """Arguments for docker's ``containers.run`` (device flags, mounts, env)."""
+        args = ["--variant", self.variant, "--kernel-dir", KERNEL_MOUNT, "--results", RESULTS_MOUNT]
+        if self.requirements:
+            args += ["--requirements", self.requirements]
+        if not self.bench:
+            args.append("--no-bench")
+        return {
+            "image": self.image,
+            "entrypoint": ["python", "-m", "scripts.gpu_test", "inside"],
+            "command": args,
+            "name": self.container_name,
+            "detach": True,
+            "devices": [f"{d}:{d}:rwm" for d in AMD_DEVICES],
+            "group_add": group_add,
+            "security_opt": ["seccomp=unconfined"],
+            "ipc_mode": "host",
+            "working_dir": SRC_MOUNT,
+            "volumes": {
+                str(src): {"bind": SRC_MOUNT, "mode": "ro"},
+                str(self.staged.parent): {"bind": KERNEL_MOUNT, "mode": "ro"},
+                str(self.results): {"bind": RESULTS_MOUNT, "mode": "rw"},
+            },
+            "environment": {
+                "GEMM_KERNEL_DIR": KERNEL_MOUNT,
+                "PYTHONDONTWRITEBYTECODE": "1",
+                "PYTHONUNBUFFERED": "1",
+                "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+                "HOST_UID": str(os.getuid()),
+                "HOST_GID": str(os.getgid()),
+                **{k: os.environ[k] for k in ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES") if k in os.environ},
+            },
+            "labels": {LABEL_VARIANT: self.variant, LABEL_RUN: run_label()},
+        }
+
+
+def make_plan(args: argparse.Namespace) -> Plan:
+    artifact = args.artifact.resolve()
+    if not artifact.is_dir():
+        raise UsageError(f"--artifact: {args.artifact} is not a directory")
+    variant = artifact.name
+    if not _VARIANT.fullmatch(variant):
+        raise UsageError(f"--artifact: {variant!r} is not a ROCm variant directory (torchXY-cxx11-rocmXY-x86_64-linux)")
+    if not (artifact / "metadata.json").is_file():
+        raise UsageError(f"--artifact: {artifact} has no metadata.json (is it a build output?)")
+    if not any(artifact.glob("*.so")):
+        raise UsageError(f"--artifact: {artifact} has no compiled .so")
+    if not _IMAGE.fullmatch(args.image):
+        raise UsageError(f"--image: {args.image!r} is not an image reference like repo:tag@sha256:<64 hex>")
+    if args.timeout_min <= 0:
+        raise UsageError(f"--timeout-min: must be positive, got {args.timeout_min}")
+    out = args.out.resolve()
+    return Plan(
+        variant=variant,
+        artifact=artifact,
+        image=args.image,
+        out=out,
+        staged=out / "kernel" / "build" / variant,
+        results=out / "results",
+        log=out / "container.log",
+        requirements=args.requirements,
+        bench=args.bench == "true",
+        timeout_s=int(args.timeout_min * 60),
+        container_name=f"gemm-gpu-test-{variant}-{run_label()}",
+    )
+
+
+def run_label() -> str:
+    """This workflow run and attempt (or this process outside Actions): names and labels containers."""
+    run_id = os.environ.get("GITHUB_RUN_ID") or f"local{os.getpid()}"
+    attempt = os.environ.get("GITHUB_RUN_ATTEMPT", "1")
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", f"{run_id}-{attempt}")
+
+
+def stage_artifact(plan: Plan) -> None:
+    """Copy the one variant into a fresh OUT/kernel/build/ (nothing else lives there)."""
+    if plan.out.exists() and any(plan.out.iterdir()):
+        raise UsageError(f"--out: {plan.out} is not empty; give a fresh directory")
+    plan.staged.parent.mkdir(parents=True)
+    shutil.copytree(plan.artifact, plan.staged, symlinks=False)
+    plan.results.mkdir(parents=True)
+
+
+def host_group_ids() -> list[str]:
+    """video and render groups as numeric gids of the host (the image may lack the names)."""
+    gids = []
+    for name in ("video", "render"):
+        try:
+            gids.append(str(grp.getgrnam(name).gr_gid))
+        except KeyError:
+            continue
+    return gids or ["video"]
+
+
+def pull_ref(image: str) -> str:
+    """docker pull wants repo@digest or repo:tag; for tag@digest the digest is what counts."""
+    if "@" in image:
+        name, digest = image.split("@", 1)
+        repo = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
+        return f"{repo}@{digest}"
+    return image
+
+
+def run_container(plan: Plan, client: Any, src: Path) -> int:
+    """Start the container, stream its log, wait (bounded), and always remove it. Returns its exit code."""
+    import docker.errors
+    import requests.exceptions
+
+    try:
+        client.images.get(plan.image)
+    except (docker.errors.ImageNotFound, docker.errors.APIError):
+        print(f"pulling {pull_ref(plan.image)}", flush=True)
+        client.images.pull(pull_ref(plan.image))
+    container = None
+    try:
+        container = client.containers.run(**plan.container_kwargs(src, host_group_ids()))
+        streamer = threading.Thread(target=_stream_logs, args=(container, plan.log), daemon=True)
+        streamer.start()
+        try:
+            status = container.wait(timeout=plan.timeout_s)
+        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as exc:
+            container.kill()
+            raise GpuTestError(f"container {plan.container_name} exceeded {plan.timeout_s}s; killed") from exc
+        streamer.join(timeout=30)
+        return int(status.get("StatusCode", 1))
+    finally:
+        if container is not None:
+            container.remove(force=True)
+            print(f"removed container {plan.container_name}", flush=True)
+
+
+def _stream_logs(container: Any, log: Path) -> None:
+    with log.open("wb") as fh:
+        for chunk in container.logs(stream=True, follow=True):
+            fh.write(chunk)
+            fh.flush()
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.flush()
+
+
+def record_tests(plan: Plan, report: dict[str, Any]) -> None:
+    """Write checks.tests into the staged variant's metadata.json."""
+    meta_path = plan.staged / "metadata.json"
+    meta = json.loads(meta_path.read_text())
+    checks = meta.setdefault("checks", {})
+    checks["tests"] = {
+        "ok": bool(report.get("ok")),
+        "stage": "gpu_test",
+        "image": plan.image,
+        "runner": os.environ.get("RUNNER_NAME", ""),
+        "run": os.environ.get("GITHUB_RUN_ID", ""),
+        "loader": report.get("loader", {}),
+        "pytest": report.get("pytest", {}),
+        "bench": report.get("bench", {}),
+    }
+    meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    plan = make_plan(args)
+    src = args.src.resolve()
+    if (src / "build").exists():
+        raise UsageError(f"--src: {src}/build exists; the GPU test must see only the artifact, not a build tree")
+    stage_artifact(plan)
+    import docker  # the runner host's venv (make venv) has the docker SDK
+
+    code = run_container(plan, docker.from_env(), src)
+    report_path = plan.results / "report.json"
+    if not report_path.is_file():
+        raise GpuTestError(f"container exited {code} without writing {report_path}; see {plan.log}")
+    report = json.loads(report_path.read_text())
+    report["ok"] = bool(report.get("ok")) and code == 0
+    record_tests(plan, report)
+    print(f"gpu_test {plan.variant}: {'ok' if report['ok'] else 'FAILED'} (tested artifact: {plan.staged})")
+    return 0 if report["ok"] else 1
+
+
+def cmd_cleanup(args: argparse.Namespace) -> int:
+    """Remove this run's containers (the `if: always()` step; `run` already removes its own).
+
+    Uses the docker CLI, not the SDK, so it works even when the venv was never created."""
+    docker = shutil.which("docker")
+    if docker is None:
+        print("cleanup: no docker CLI on this runner; nothing to remove")
+        return 0
+    label = f"label={LABEL_RUN}={run_label()}"
+    found = subprocess.run(
+        [docker, "ps", "-aq", "--filter", label], capture_output=True, text=True, check=False
+    )
+    if found.returncode:
+        raise GpuTestError(f"docker ps failed: {found.stderr.strip()}")
+    ids = found.stdout.split()
+    print(f"cleanup: {len(ids)} container(s) with {label}")
+    if ids and not args.dry_run:
+        rm = subprocess.run([docker, "rm", "-f", *ids], capture_output=True, text=True, check=False)
+        if rm.returncode:
+            raise GpuTestError(f"docker rm -f failed: {rm.stderr.strip()}")
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------
+# container side
+
+
+def loader_check(kernel_dir: Path, variant: str) -> dict[str, Any]:
+    """The kernels loader, in this interpreter's torch, must pick exactly `variant` and import it."""
+    import torch
+    from kernels import get_local_kernel
+    from kernels.variants import get_variants_local, resolve_variant, variants_trace_str
+
+    present = sorted(p.name for p in kernel_dir.iterdir() if p.is_dir())
+    info: dict[str, Any] = {
+        "torch": torch.__version__,
+        "hip": getattr(torch.version, "hip", None),
+        "present": present,
+    }
+    if present != [variant]:
+        return info | {"ok": False, "error": f"{kernel_dir} must hold only {variant}, holds {present}"}
+    best, trace = resolve_variant(get_variants_local(kernel_dir))
+    info["trace"] = variants_trace_str(trace)
+    if best is None or best.variant_str != variant:
+        chosen = best.variant_str if best else None
+        return info | {"ok": False, "error": f"loader selects {chosen}, not {variant}: {info['trace']}"}
+    module = get_local_kernel(kernel_dir)
+    origin = Path(getattr(module, "__file__", "") or "").resolve()
+    if (kernel_dir / variant).resolve() not in origin.parents:
+        return info | {"ok": False, "error": f"imported module comes from {origin}, not {kernel_dir / variant}"}
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        info["device"] = {
+            "name": props.name,
+            "arch": getattr(props, "gcnArchName", ""),
+            "count": torch.cuda.device_count(),
+        }
+    return info | {"ok": True, "module": str(origin)}
+
+
+def _run_logged(cmd: list[str], env: dict[str, str], log: Path) -> int:
+    print("+ " + " ".join(cmd), flush=True)
+    with log.open("w") as fh:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            fh.write(line)
+        return proc.wait()
+
+
+def _chown_tree(root: Path) -> None:
+    uid, gid = os.environ.get("HOST_UID"), os.environ.get("HOST_GID")
+    if not (uid and gid and uid.isdigit() and gid.isdigit()) or os.getuid() != 0:
+        return
+    for path in [root, *root.rglob("*")]:
+        os.chown(path, int(uid), int(gid))
+
+
+def cmd_inside(args: argparse.Namespace) -> int:
+    results = args.results
+    results.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"variant": args.variant, "ok": False}
+    try:
+        if (Path.cwd() / "build").exists():
+            raise GpuTestError(f"{Path.cwd()}/build is visible in the container; only {args.kernel_dir} may hold kernels")
+        env = dict(os.environ, GEMM_KERNEL_DIR=str(args.kernel_dir))
+        if args.requirements:
+            req = Path(args.requirements)
+            if not req.is_file():
+                raise GpuTestError(f"--requirements: {req} not found in the checkout")
+            cmd = [sys.executable, "-m", "pip", "install", "--no-cache-dir", "-r", str(req)]
+            rc = _run_logged(cmd, env, results / "pip.log")
+            if rc:
+                raise GpuTestError(f"pip install -r {req} exited {rc}")
+        report["loader"] = loader_check(args.kernel_dir, args.variant)
+        print(f"loader: {json.dumps(report['loader'], indent=2)}", flush=True)
+        if not report["loader"]["ok"]:
+            raise GpuTestError(f"loader check: {report['loader']['error']}")
+        tests = [t for t in GPU_TESTS if Path(t).exists()]
+        missing = sorted(set(GPU_TESTS) - set(tests))
+        pytest_cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-ra",
+                      f"--junitxml={results / 'junit.xml'}", *tests]  # fmt: skip
+        rc = _run_logged(pytest_cmd, env, results / "pytest.log")
+        report["pytest"] = {"ok": rc == 0 and not missing, "exit_code": rc, "paths": tests, "missing": missing}
+        if args.bench:
+            bench_cmd = [sys.executable, "-m", "benchmarks.run", "--kernel-dir", str(args.kernel_dir),
+                         "--out", str(results / "bench")]  # fmt: skip
+            rc = _run_logged(bench_cmd, env, results / "bench.log")
+            report["bench"] = {"ok": rc == 0, "exit_code": rc}
+        report["ok"] = all(report.get(k, {}).get("ok", True) for k in ("loader", "pytest", "bench"))
+    except GpuTestError as exc:
+        report["error"] = str(exc)
+        print(f"error: {exc}", file=sys.stderr)
+    finally:
+        (results / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+        _chown_tree(results)
+    return 0 if report["ok"] else 1
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m scripts.gpu_test", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="on the runner host: test one artifact in a fresh GPU container")
+    r.add_argument("--artifact", type=Path, required=True, help="the variant directory (downloaded artifact)")
+    r.add_argument("--image", required=True, help="the image the variant was built in (tag@sha256:...)")
+    r.add_argument("--out", type=Path, required=True, help="fresh directory for the tested artifact, logs, results")
+    r.add_argument("--src", type=Path, default=REPO_ROOT, help="checkout mounted read-only at /src")
+    r.add_argument("--requirements", default=DEFAULT_REQUIREMENTS, help="pip requirements installed in the container")
+    r.add_argument("--timeout-min", type=float, default=45.0, help="kill the container after this long")
+    r.add_argument("--bench", choices=["true", "false"], default="true", help="run the MI300X benchmark")
+    c = sub.add_parser("cleanup", help="remove every container this workflow run started (docker CLI)")
+    c.add_argument("--dry-run", action="store_true", help="only list them")
+    i = sub.add_parser("inside", help="in the container (started by `run`)")
+    i.add_argument("--variant", required=True)
+    i.add_argument("--kernel-dir", type=Path, default=Path(KERNEL_MOUNT))
+    i.add_argument("--results", type=Path, default=Path(RESULTS_MOUNT))
+    i.add_argument("--requirements", default="")
+    i.add_argument("--no-bench", dest="bench", action="store_false")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return {"run": cmd_run, "inside": cmd_inside, "cleanup": cmd_cleanup}[args.cmd](args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except GpuTestError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+"""Runner preflight: is this machine fit to run the job?
+
+Run before any GPU work on a self-hosted MI300X runner (and, with ``--no-gpu``, before a container
+build on any runner)::
+
+    python -m scripts.preflight --arch gfx942 --min-gpus 1 --min-free-gb 80 --path /var/lib/docker
+
+Checks, each reported by name:
+
+- ``rocminfo``: the ROCm runtime answers and lists at least ``--min-gpus`` GPU agents whose ISA is
+  ``--arch`` (parsed from ``rocminfo`` output; ``--rocminfo-file`` reads a recording instead);
+- ``devices``: ``/dev/kfd`` and ``/dev/dri`` exist (the container device flags need them);
+- ``disk``: every ``--path`` has at least ``--min-free-gb`` GiB free (rocm/pytorch images are ~30 GB).
+
+Exit status 0 when every check passes, 1 when any fails (a bad runner must fail the job, not be
+retried into flaky tests), 2 on bad arguments. ``--json FILE`` writes the report for the job's logs.
+Only the standard library is used: the runner host needs nothing but python3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+GIB = 1024**3
+
+_AGENT_HEADER = re.compile(r"^\s*Agent\s+\d+\s*$")
+_FIELD = re.compile(r"^(?P<indent>\s*)(?P<key>[A-Za-z][A-Za-z0-9 ._()/-]*?):\s*(?P<value>.*?)\s*$")
+_ISA = re.compile(r"amdgcn-amd-amdhsa--(?P<arch>gfx[0-9a-f]+)")
+
+
+@dataclass(frozen=True)
+class Agent:
+    """One HSA agent as rocminfo reports it."""
+
+    name: str
+    device_type: str
+    marketing_name: str = ""
+    compute_units: int | None = None
+    isas: tuple[str, ...] = ()
+
+    @property
+    def arch(self) -> str:
+        """The gfx target: the agent name (``gfx942``) or, failing that, its first ISA."""
+        if self.name.startswith("gfx"):
+            return self.name
+        return self.isas[0] if self.isas else ""
+
+
+def parse_rocminfo(text: str) -> list[Agent]:
+    """Parse ``rocminfo`` output into its agents (CPU and GPU), in order.
+
+    Only the agent's own top-level fields are read: the first ``Name:``, ``Marketing Name:``,
+    ``Device Type:`` and ``Compute Unit:`` of each ``Agent N`` block; nested sections (pools,
+    ISA info) repeat ``Name:`` and are not mistaken for the agent's. ISA names are collected from
+    ``amdgcn-amd-amdhsa--gfxNNN`` strings anywhere in the block.
+    """
+    if "HSA Agents" not in text:
+        raise ValueError("rocminfo output has no 'HSA Agents' section")
+    blocks: list[list[str]] = []
+    for line in text.splitlines():
+        if _AGENT_HEADER.match(line):
+            blocks.append([])
+        elif blocks:
+            blocks[-1].append(line)
+    agents = []
+    for block in blocks:
+        fields: dict[str, str] = {}
+        top_indent: int | None = None
+        for line in block:
+            m = _FIELD.match(line)
+            if not m or line.strip().startswith("*"):
+                continue
+            indent = len(m["indent"])
+            if top_indent is None:
+                top_indent = indent
+            if indent == top_indent:
+                fields.setdefault(m["key"].strip(), m["value"])
+        isas = tuple(dict.fromkeys(m["arch"] for m in _ISA.finditer("\n".join(block))))
+        cu = fields.get("Compute Unit", "")
+        agents.append(
+            Agent(
+                name=fields.get("Name", ""),
+                device_type=fields.get("Device Type", ""),
+                marketing_name=fields.get("Marketing Name", ""),
+                compute_units=int(cu) if cu.isdigit() else None,
+                isas=isas,
+            )
+        )
+    if not agents:
+        raise ValueError("rocminfo output lists no agents")
+    return agents
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    data: dict = field(default_factory=dict)
+
+
+def check_gpus(agents: list[Agent], arch: str, min_gpus: int) -> Check:
+    gpus = [a for a in agents if a.device_type.upper() == "GPU"]
+    matching = [a for a in gpus if a.arch == arch]
+    data = {
+        "gpus": [asdict(a) | {"arch": a.arch} for a in gpus],
+        "matching": len(matching),
+        "arch": arch,
+    }
+    if len(matching) < min_gpus:
+        seen = ", ".join(sorted({a.arch or "?" for a in gpus})) or "none"
+        return Check(
+            "rocminfo",
+            False,
+            f"need at least {min_gpus} {arch} GPU(s), rocminfo shows {len(matching)} (GPU archs seen: {seen})",
+            data,
+        )
+    names = sorted({a.marketing_name for a in matching if a.marketing_name})
+    return Check("rocminfo", True, f"{len(matching)} {arch} GPU(s): {', '.join(names) or arch}", data)
+
+
+def check_devices(dev_root: Path = Path("/dev")) -> Check:
+    missing = [str(dev_root / n) for n in ("kfd", "dri") if not (dev_root / n).exists()]
+    if missing:
+        return Check("devices", False, f"missing device nodes: {', '.join(missing)}", {"missing": missing})
+    return Check("devices", True, f"{dev_root / 'kfd'} and {dev_root / 'dri'} present")
+
+
+def check_disk(paths: list[Path], min_free_gb: float) -> Check:
+    data = {}
+    low = []
+    for p in paths:
+        probe = p
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        free_gb = shutil.disk_usage(probe).free / GIB
+        data[str(p)] = round(free_gb, 1)
+        if free_gb < min_free_gb:
+            low.append(f"{p} has {free_gb:.1f} GiB free")
+    if low:
+        return Check("disk", False, f"need {min_free_gb:g} GiB free: " + "; ".join(low), data)
+    return Check("disk", True, ", ".join(f"{k}: {v} GiB free" for k, v in data.items()), data)
+
+
+# Preinstalled toolchains on GitHub-hosted Ubuntu images that a container build never uses
+# (about 30 GB together); removed only on GitHub-hosted runners, never on self-hosted ones.
+HOSTED_RECLAIM = (
+    "/usr/share/dotnet",
+    "/usr/local/lib/android",
+    "/opt/ghc",
+    "/usr/local/.ghcup",
+    "/opt/hostedtoolcache/CodeQL",
+    "/usr/local/share/boost",
+)
+
+
+def reclaim_hosted_disk(env: dict[str, str] | os._Environ[str] = os.environ) -> Check:
+    """On a GitHub-hosted runner, delete HOSTED_RECLAIM (sudo); elsewhere do nothing."""
+    if env.get("RUNNER_ENVIRONMENT") != "github-hosted":
+        return Check("reclaim", True, "not a GitHub-hosted runner: nothing removed")
+    present = [p for p in HOSTED_RECLAIM if Path(p).exists()]
+    if present:
+        proc = subprocess.run(["sudo", "rm", "-rf", *present], capture_output=True, text=True, check=False)
+        if proc.returncode:
+            return Check("reclaim", False, f"sudo rm -rf failed: {proc.stderr.strip()[-300:]}")
+    return Check("reclaim", True, f"removed {len(present)} preinstalled toolchains", {"removed": present})
+
+
+def run_rocminfo(timeout_s: float = 120.0) -> str:
+    exe = shutil.which("rocminfo") or ("/opt/rocm/bin/rocminfo" if Path("/opt/rocm/bin/rocminfo").exists() else None)
+    if exe is None:
+        raise RuntimeError("rocminfo not found on PATH or in /opt/rocm/bin")
+    proc = subprocess.run([exe], capture_output=True, text=True, timeout=timeout_s, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"rocminfo exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-500:]}")
+    return proc.stdout
+
+
+def preflight(args: argparse.Namespace) -> list[Check]:
+    checks: list[Check] = []
+    if args.reclaim_hosted:
+        checks.append(reclaim_hosted_disk())
+    if not args.no_gpu:
+        try:
+            text = args.rocminfo_file.read_text() if args.rocminfo_file else run_rocminfo()
+            checks.append(check_gpus(parse_rocminfo(text), args.arch, args.min_gpus))
+        except (OSError, RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
+            checks.append(Check("rocminfo", False, str(exc)))
+        checks.append(check_devices(args.dev_root))
+    checks.append(check_disk(args.path, args.min_free_gb))
+    return checks
+
+
+def _arch(value: str) -> str:
+    if not re.fullmatch(r"gfx[0-9a-f]{3,4}", value):
+        raise argparse.ArgumentTypeError(f"--arch must look like gfx942, got {value!r}")
+    return value
+
+
+def _positive_int(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"--min-gpus must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _non_negative(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"--min-free-gb must be a non-negative number, got {value!r}")
+    return number
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m scripts.preflight", description=__doc__.split("\n\n")[0])
+    p.add_argument("--arch", type=_arch, default="gfx942", help="GPU ISA the job needs (default gfx942)")
+    p.add_argument("--min-gpus", type=_positive_int, default=1, help="minimum number of such GPUs")
+    p.add_argument("--min-free-gb", type=_non_negative, default=80.0, help="free GiB required on every --path")
+    p.add_argument(
+        "--path", type=Path, action="append", default=None, help="filesystem to check (repeatable; default: cwd)"
+    )
+    p.add_argument("--no-gpu", action="store_true", help="skip the GPU and device checks (build runners)")
+    p.add_argument(
+        "--reclaim-hosted",
+        action="store_true",
+        help="on GitHub-hosted runners only, first delete preinstalled toolchains a build never uses",
+    )
+    p.add_argument("--rocminfo-file", type=Path, help="parse this recorded rocminfo output instead of running it")
+    p.add_argument("--dev-root", type=Path, default=Path("/dev"), help=argparse.SUPPRESS)
+    p.add_argument("--json", type=Path, help="write the report as JSON here")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.path = args.path or [Path.cwd()]
+    checks = preflight(args)
+    for c in checks:
+        print(f"preflight {c.name}: {'ok' if c.ok else 'FAILED'}: {c.detail}")
+    ok = all(c.ok for c in checks)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"ok": ok, "checks": [asdict(c) for c in checks]}, indent=2) + "\n")
+    if not ok and os.environ.get("GITHUB_ACTIONS") == "true":
+        failed = ", ".join(c.name for c in checks if not c.ok)
+        print(f"::error title=preflight::runner failed preflight ({failed}); take it offline, do not retry")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
