@@ -1,0 +1,497 @@
+// FP8 (e4m3fnuz bytes) block-scaled GEMM kernels for gfx942 (MI300X), torch-free.
+//
+//   C[m, n] = sum_kb  sa(m, kb) * sb(n / 128, kb) * sum_{k in kb} A[m, k] * B[n, k]     (fp32, bf16 store)
+//
+// One template, two layouts (seed: M-/N-contiguous; natural: K-contiguous), three tile
+// configurations (gemm_plan.h), split-K through a bounded fp32 workspace plus a reduce kernel.
+// The same source compiles for gfx942 (hipcc / clang-19 + HIP 5.2) and, with GEMM_HIP_EMULATOR,
+// for the host CPU under the emulator (gemm/rocm/emu). See DESIGN.md for the reasoning.
+//
+// Block tile BM x BN, K-block 128 (== scale block). Per K-block:
+//   1. global -> registers (issued one K-block ahead, while the MFMAs of the current one run),
+//   2. registers -> LDS as K-contiguous rows sX[row][0..127] with a row stride of 136 bytes
+//      (+8 B pad: the 16 rows one MFMA operand read touches fall on 16 distinct bank pairs),
+//      transposing 4x4 byte blocks on the way for the seed layout (no pre-pass kernel),
+//   3. each wave runs its MFMAs into a zeroed per-K-block accumulator set `tmp`,
+//   4. acc += tmp * (a_scale[row] * b_scale[tile]) on fp32 (v_pk_fma), then the next K-block.
+// Partial tiles: rows/columns past M/N are staged as zeros and never stored.
+#pragma once
+
+#include "gemm_plan.h"
+#include "hip_compat.h"
+
+namespace gemm_rocm {
+
+typedef float floatx4 __attribute__((ext_vector_type(4)));
+typedef float floatx16 __attribute__((ext_vector_type(16)));
+typedef uint32_t u32x4 __attribute__((ext_vector_type(4)));
+
+constexpr int kLdsPad = 8;
+constexpr int kLdsStride = kBK + kLdsPad;  // bytes per staged row (136 = 34 dwords)
+
+// Kernel arguments: one struct by value (kernarg segment).
+struct Args {
+  const uint8_t* a;   // seed: a (K,M)            natural: x (M,K)
+  const uint8_t* b;   // seed: b (K,N)            natural: w (N,K)
+  const float* sa;    // seed: a_scale (KB,M)     natural: x_scale (M,KB)
+  const float* sb;    // seed: b_scale (KB,NB)    natural: w_scale (NB,KB)
+  uint16_t* c;        // (M,N) bf16 bits
+  float* ws;          // split-K partials [splits][M][N] (fp32), or nullptr when splits == 1
+  int M, N, K;
+  int tiles_m, tiles_n;
+  int kb_per_split;
+};
+
+struct ReduceArgs {
+  const float* ws;  // [splits][M*N]
+  uint16_t* c;      // [M*N]
+  long long mn;
+  int splits;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Tile configuration (compile-time mirror of one row of config_info()).
+template <int BM_, int BN_, int WAVES_M_, int WAVES_N_, int MT_, int WPE_>
+struct TileCfg {
+  static constexpr int BM = BM_, BN = BN_, WAVES_M = WAVES_M_, WAVES_N = WAVES_N_, MT = MT_;
+  static constexpr int WAVES_PER_EU = WPE_;
+  static constexpr int WAVES = WAVES_M * WAVES_N;
+  static constexpr int THREADS = 64 * WAVES;
+  static constexpr int WTM = BM / WAVES_M;  // wave tile rows
+  static constexpr int WTN = BN / WAVES_N;  // wave tile columns
+  static constexpr int FM = WTM / MT;       // MFMA fragments per wave along M
+  static constexpr int FN = WTN / MT;       // ... along N
+  static constexpr int KI = 512 / MT;       // K per MFMA: 32 (16x16x32) or 16 (32x32x16)
+  static constexpr int NACC = MT * MT / 64; // fp32 results per lane per fragment
+  static constexpr int LDS_TILE_BYTES = (BM + BN) * kLdsStride;
+  static constexpr int LDS_BYTES = LDS_TILE_BYTES + BM * 4;
+  static_assert(MT == 16 || MT == 32, "MFMA shape");
+  static_assert(FM * MT == WTM && FN * MT == WTN && FM >= 1 && FN >= 1, "wave tile");
+  static_assert(BM % 64 == 0 && BN % 64 == 0, "seed staging units are 64 rows");
+  static_assert(128 % BN == 0 || BN == 128, "one b_scale column per block tile");
+  static_assert(THREADS >= BM, "one a_scale per thread");
+  static_assert((BM * 8) % THREADS == 0 && (BN * 8) % THREADS == 0, "natural staging chunks");
+  static_assert(((BM / 64) * 4) % WAVES == 0 && ((BN / 64) * 4) % WAVES == 0, "seed units");
+  static_assert(LDS_BYTES <= 65536, "LDS");
+};
+
+using Cfg0 = TileCfg<256, 128, 4, 2, 16, 2>;
+using Cfg1 = TileCfg<128, 128, 4, 2, 16, 2>;
+using Cfg2 = TileCfg<64, 64, 2, 2, 32, 2>;
+
+template <int I> struct CfgOf;
+template <> struct CfgOf<0> { using type = Cfg0; };
+template <> struct CfgOf<1> { using type = Cfg1; };
+template <> struct CfgOf<2> { using type = Cfg2; };
+static_assert(kNumConfigs == 3, "keep CfgOf in step with config_info()");
+
+// ---------------------------------------------------------------------------------------------
+// MFMA wrappers (wave-collective: every lane of the wave must call them).
+template <int MT> struct Mfma;
+template <> struct Mfma<16> {
+  using acc_t = floatx4;
+  static __device__ __forceinline__ acc_t run(long a, long b, acc_t c) {
+    return __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8(a, b, c, 0, 0, 0);
+  }
+};
+template <> struct Mfma<32> {
+  using acc_t = floatx16;
+  static __device__ __forceinline__ acc_t run(long a, long b, acc_t c) {
+    return __builtin_amdgcn_mfma_f32_32x32x16_fp8_fp8(a, b, c, 0, 0, 0);
+  }
+};
+
+// bf16 round-to-nearest-even on raw bits (NaN stays a quiet NaN, overflow rounds to inf).
+__device__ __forceinline__ uint16_t f32_to_bf16(float f) {
+  uint32_t u = __builtin_bit_cast(uint32_t, f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+// 4x4 byte transpose: out[i] byte j = in[j] byte i (v_perm_b32 / v_and_or after instcombine).
+__device__ __forceinline__ void transpose4x4(uint32_t d0, uint32_t d1, uint32_t d2, uint32_t d3,
+                                             uint32_t out[4]) {
+  uint32_t t0 = (d0 & 0x00ff00ffu) | ((d1 << 8) & 0xff00ff00u);  // d0.0 d1.0 d0.2 d1.2
+  uint32_t t1 = ((d0 >> 8) & 0x00ff00ffu) | (d1 & 0xff00ff00u);  // d0.1 d1.1 d0.3 d1.3
+  uint32_t t2 = (d2 & 0x00ff00ffu) | ((d3 << 8) & 0xff00ff00u);  // d2.0 d3.0 d2.2 d3.2
+  uint32_t t3 = ((d2 >> 8) & 0x00ff00ffu) | (d3 & 0xff00ff00u);  // d2.1 d3.1 d2.3 d3.3
+  out[0] = (t0 & 0x0000ffffu) | (t2 << 16);
+  out[1] = (t1 & 0x0000ffffu) | (t3 << 16);
+  out[2] = (t0 >> 16) | (t2 & 0xffff0000u);
+  out[3] = (t1 >> 16) | (t3 & 0xffff0000u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Staging of one operand tile (R rows of the output dimension x 128 K) for one K-block.
+//
+// Natural (K-contiguous rows): 16-byte chunks, 8 consecutive threads read one row's 128 bytes.
+// Seed (row dimension contiguous, X is (K, E)): a wave stages "units" of 64 rows x 32 K. Lane l
+// reads 8 K-rows (k = 8g + t) x 4 contiguous bytes (rows 4ch .. 4ch+3), with
+//   g = (l >> 2) & 3,  ch = (l & 3) + 4 * (l >> 4),
+// i.e. 16 lanes read 64 contiguous bytes of each K-row; after two 4x4 byte transposes the lane
+// holds 4 rows x 8 K and writes them as 4 x 8-byte LDS stores at [4ch + i][8g]: within every 16
+// lanes the bank pair is 8*(ch&3) + 2g (mod 32): 16 distinct pairs, no conflicts.
+template <class Cfg, int LAYOUT, bool VEC, int R>
+struct Stager {
+  static constexpr int NAT_CHUNKS = R * 8 / Cfg::THREADS;          // natural: 16B chunks/thread
+  static constexpr int SEED_UNITS = (R / 64) * 4 / Cfg::WAVES;     // seed: units per wave
+  static constexpr int NREG = LAYOUT == kNatural ? NAT_CHUNKS * 4 : SEED_UNITS * 8;
+  uint32_t r[NREG];
+
+  // row0: first row of the tile; E: extent (M or N); K: full K; kb: K-block.
+  // wave: this thread's wave index, made wave-uniform by the caller (readfirstlane).
+  __device__ __forceinline__ void load(const uint8_t* __restrict__ X, int row0, int E, int K,
+                                       int kb, int tid, int wave) {
+    if constexpr (LAYOUT == kNatural) {
+#pragma unroll
+      for (int j = 0; j < NAT_CHUNKS; ++j) {
+        const int chunk = tid + j * Cfg::THREADS;
+        const int row = chunk >> 3;
+        const int col = (chunk & 7) * 16;
+        const int grow = row0 + row;
+        u32x4 v = {0u, 0u, 0u, 0u};
+        if (grow < E) {
+          if constexpr (VEC) {
+            // uniform 64-bit base (SGPRs) + 32-bit lane offset (plan: 256 * K < 2^32)
+            const uint8_t* base = X + (size_t)row0 * (size_t)K + (size_t)kb * kBK;
+            v = *(const u32x4*)(base + (uint32_t)(row * K + col));
+          } else {
+            const uint8_t* base = X + (size_t)row0 * (size_t)K + (size_t)kb * kBK;
+            const uint8_t* src = base + ((size_t)row * (size_t)K + col);  // 64-bit lane offset
+            uint32_t w[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+              w[q] = (uint32_t)src[4 * q] | ((uint32_t)src[4 * q + 1] << 8) |
+                     ((uint32_t)src[4 * q + 2] << 16) | ((uint32_t)src[4 * q + 3] << 24);
+            v = u32x4{w[0], w[1], w[2], w[3]};
+          }
+        }
+        r[4 * j + 0] = v.x;
+        r[4 * j + 1] = v.y;
+        r[4 * j + 2] = v.z;
+        r[4 * j + 3] = v.w;
+      }
+    } else {
+      const int lane = tid & 63;
+      const int g = (lane >> 2) & 3;
+      const int ch = (lane & 3) + 4 * (lane >> 4);
+#pragma unroll
+      for (int j = 0; j < SEED_UNITS; ++j) {
+        const int unit = wave + j * Cfg::WAVES;  // wave-uniform
+        const int mu = unit % (R / 64), ku = unit / (R / 64);
+        const int urow = row0 + mu * 64;
+        const int grow = urow + 4 * ch;
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+          uint32_t w = 0;
+          if constexpr (VEC) {
+            // uniform 64-bit base (SGPRs) + 32-bit lane offset (plan: 32 * E < 2^32)
+            const uint8_t* base = X + ((size_t)kb * kBK + ku * 32 + t) * (size_t)E + urow;
+            if (grow < E) w = *(const uint32_t*)(base + (uint32_t)(8 * g * E + 4 * ch));
+          } else {
+            const uint8_t* base = X + ((size_t)kb * kBK + ku * 32 + t) * (size_t)E + urow;
+            const uint8_t* src = base + ((size_t)(8 * g) * (size_t)E + 4 * ch);  // 64-bit lane offset
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+              if (grow + i < E) w |= (uint32_t)src[i] << (8 * i);
+          }
+          r[8 * j + t] = w;
+        }
+      }
+    }
+  }
+
+  __device__ __forceinline__ void store(uint8_t* lds, int tid, int wave) const {
+    if constexpr (LAYOUT == kNatural) {
+#pragma unroll
+      for (int j = 0; j < NAT_CHUNKS; ++j) {
+        const int chunk = tid + j * Cfg::THREADS;
+        const int row = chunk >> 3;
+        const int col = (chunk & 7) * 16;
+        uint64_t* dst = (uint64_t*)(lds + row * kLdsStride + col);
+        dst[0] = (uint64_t)r[4 * j + 0] | ((uint64_t)r[4 * j + 1] << 32);
+        dst[1] = (uint64_t)r[4 * j + 2] | ((uint64_t)r[4 * j + 3] << 32);
+      }
+    } else {
+      const int lane = tid & 63;
+      const int g = (lane >> 2) & 3;
+      const int ch = (lane & 3) + 4 * (lane >> 4);
+#pragma unroll
+      for (int j = 0; j < SEED_UNITS; ++j) {
+        const int unit = wave + j * Cfg::WAVES;
+        const int mu = unit % (R / 64), ku = unit / (R / 64);
+        uint32_t lo[4], hi[4];
+        transpose4x4(r[8 * j + 0], r[8 * j + 1], r[8 * j + 2], r[8 * j + 3], lo);
+        transpose4x4(r[8 * j + 4], r[8 * j + 5], r[8 * j + 6], r[8 * j + 7], hi);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int row = mu * 64 + 4 * ch + i;
+          uint64_t* dst = (uint64_t*)(lds + row * kLdsStride + ku * 32 + 8 * g);
+          *dst = (uint64_t)lo[i] | ((uint64_t)hi[i] << 32);
+        }
+      }
+    }
+  }
+};
+
+// Map a linear workgroup id to (tile_m, tile_n): XCD-aware remap (the dispatcher deals
+// consecutive workgroups round-robin over the 8 XCDs; give each XCD a contiguous run of tiles so
+// neighbours share its L2), then group 8 tile-rows so a run of tiles re-reads the same B columns.
+__device__ __forceinline__ void tile_coords(int pid, int tiles_m, int tiles_n, int& tm, int& tn) {
+  const int total = tiles_m * tiles_n;
+  if (total % 8 == 0) pid = (pid % 8) * (total / 8) + pid / 8;
+  const int group = 8;
+  const int per_group = group * tiles_n;
+  const int first_m = (pid / per_group) * group;
+  const int gsz = (tiles_m - first_m) < group ? (tiles_m - first_m) : group;
+  const int in_group = pid % per_group;
+  tm = first_m + in_group % gsz;
+  tn = in_group / gsz;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The GEMM kernel. grid = (tiles_m * tiles_n, splits), block = Cfg::THREADS.
+template <class Cfg, int LAYOUT, bool VEC>
+__global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(Args p) {
+  using M = Mfma<Cfg::MT>;
+  using acc_t = typename M::acc_t;
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, MT = Cfg::MT;
+
+  __shared__ uint64_t lds_tiles[Cfg::LDS_TILE_BYTES / 8];  // sA[BM][136] then sB[BN][136]
+  __shared__ float lds_sa[BM];                             // a_scale of the tile's rows
+
+  uint8_t* sA = (uint8_t*)lds_tiles;
+  uint8_t* sB = sA + BM * kLdsStride;
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 63;
+  const int wave = __builtin_amdgcn_readfirstlane(tid >> 6);  // wave-uniform (SGPR)
+  const int wm0 = (wave % Cfg::WAVES_M) * Cfg::WTM;
+  const int wn0 = (wave / Cfg::WAVES_M) * Cfg::WTN;
+
+  int tm, tn;
+  tile_coords(blockIdx.x, p.tiles_m, p.tiles_n, tm, tn);
+  const int m0 = tm * BM, n0 = tn * BN;
+  const int M_ = p.M, N_ = p.N, K = p.K;
+  const int KB = K / kBK;
+  const int NB = (N_ + 127) / 128;
+  const int nb = n0 / 128;
+  const int kb0 = blockIdx.y * p.kb_per_split;
+  const int kb1 = (kb0 + p.kb_per_split) < KB ? (kb0 + p.kb_per_split) : KB;
+
+  Stager<Cfg, LAYOUT, VEC, BM> stA;
+  Stager<Cfg, LAYOUT, VEC, BN> stB;
+
+  auto load_scales = [&](int kb, float& sa_reg, float& sb_reg) {
+    sa_reg = 0.0f;
+    const int row = m0 + tid;
+    if (tid < BM && row < M_)
+      sa_reg = LAYOUT == kSeed ? p.sa[(size_t)kb * M_ + row] : p.sa[(size_t)row * KB + kb];
+    sb_reg = LAYOUT == kSeed ? p.sb[(size_t)kb * NB + nb] : p.sb[(size_t)nb * KB + kb];
+  };
+
+  float sa_next, sb_next;
+  stA.load(p.a, m0, M_, K, kb0, tid, wave);
+  stB.load(p.b, n0, N_, K, kb0, tid, wave);
+  load_scales(kb0, sa_next, sb_next);
+  stA.store(sA, tid, wave);
+  stB.store(sB, tid, wave);
+  if (tid < BM) lds_sa[tid] = sa_next;
+  __syncthreads();
+
+  acc_t acc[Cfg::FM][Cfg::FN];
+#pragma unroll
+  for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < Cfg::FN; ++j) acc[i][j] = acc_t{};
+
+  const int lrow = lane % MT;        // operand row (A) / column (B) of this lane
+  const int lk = 8 * (lane / MT);    // first K of this lane's 8 operand bytes within a K-step
+
+  for (int kb = kb0; kb < kb1; ++kb) {
+    const float sb_cur = sb_next;
+    const bool more = kb + 1 < kb1;
+    if (more) {  // issue next K-block's global loads now; they land while the MFMAs run
+      stA.load(p.a, m0, M_, K, kb + 1, tid, wave);
+      stB.load(p.b, n0, N_, K, kb + 1, tid, wave);
+      load_scales(kb + 1, sa_next, sb_next);
+    }
+    __builtin_amdgcn_sched_barrier(0);  // keep the loads ahead of the MFMAs, nothing moves across
+
+    acc_t tmp[Cfg::FM][Cfg::FN];
+#pragma unroll
+    for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+      for (int j = 0; j < Cfg::FN; ++j) tmp[i][j] = acc_t{};
+
+#pragma unroll
+    for (int ks = 0; ks < kBK / Cfg::KI; ++ks) {
+      long av[Cfg::FM], bv[Cfg::FN];
+#pragma unroll
+      for (int i = 0; i < Cfg::FM; ++i)
+        av[i] = *(const long*)(sA + (wm0 + i * MT + lrow) * kLdsStride + ks * Cfg::KI + lk);
+#pragma unroll
+      for (int j = 0; j < Cfg::FN; ++j)
+        bv[j] = *(const long*)(sB + (wn0 + j * MT + lrow) * kLdsStride + ks * Cfg::KI + lk);
+#pragma unroll
+      for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+        for (int j = 0; j < Cfg::FN; ++j) tmp[i][j] = M::run(av[i], bv[j], tmp[i][j]);
+      __builtin_amdgcn_sched_barrier(0);  // bound the operand registers to one K-step
+    }
+
+    // Scale product on the fp32 partial sums of this K-block. Result element e of a fragment is
+    // row 8*(e/4) + 4*(lane/MT) + e%4, column lane%MT (both MFMA shapes).
+#pragma unroll
+    for (int i = 0; i < Cfg::FM; ++i) {
+      acc_t s;
+#pragma unroll
+      for (int e = 0; e < Cfg::NACC; ++e)
+        s[e] = lds_sa[wm0 + i * MT + 8 * (e / 4) + 4 * (lane / MT) + (e % 4)] * sb_cur;
+#pragma unroll
+      for (int j = 0; j < Cfg::FN; ++j) acc[i][j] = tmp[i][j] * s + acc[i][j];
+    }
+
+    __syncthreads();  // every wave is done reading this K-block's LDS
+    if (more) {
+      stA.store(sA, tid, wave);
+      stB.store(sB, tid, wave);
+      if (tid < BM) lds_sa[tid] = sa_next;
+    }
+    __syncthreads();
+  }
+
+  // Epilogue: bf16 straight to C, or fp32 partials to this split's slice of the workspace.
+  const long long MN = (long long)M_ * N_;
+  float* wsz = p.ws ? p.ws + (size_t)blockIdx.y * (size_t)MN : nullptr;
+#pragma unroll
+  for (int i = 0; i < Cfg::FM; ++i) {
+#pragma unroll
+    for (int j = 0; j < Cfg::FN; ++j) {
+      const int col = n0 + wn0 + j * MT + (lane % MT);
+#pragma unroll
+      for (int e = 0; e < Cfg::NACC; ++e) {
+        const int row = m0 + wm0 + i * MT + 8 * (e / 4) + 4 * (lane / MT) + (e % 4);
+        if (row < M_ && col < N_) {
+          const size_t off = (size_t)row * N_ + col;
+          if (wsz)
+            wsz[off] = acc[i][j][e];
+          else
+            p.c[off] = f32_to_bf16(acc[i][j][e]);
+        }
+      }
+    }
+  }
+}
+
+// Split-K reduce: c = bf16(sum over splits of the fp32 partials), deterministic order.
+__global__ __launch_bounds__(256) void splitk_reduce_kernel(ReduceArgs r) {
+  const long long stride = (long long)gridDim.x * 256;
+  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < r.mn; i += stride) {
+    float s = 0.0f;
+    for (int z = 0; z < r.splits; ++z) s += r.ws[(size_t)z * (size_t)r.mn + (size_t)i];
+    r.c[i] = f32_to_bf16(s);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side: problem description, kernel choice, launch through a caller-supplied launcher.
+//   launch(kernel_function_pointer, dim3 grid, dim3 block, args_struct)
+// The torch launcher passes a lambda doing kernel<<<grid, block, 0, stream>>>(args); the emulator
+// tests pass one calling emu::launch. Both therefore run exactly this dispatch.
+struct Problem {
+  int layout;  // kSeed or kNatural
+  const void* a;
+  const void* b;
+  const float* sa;
+  const float* sb;
+  void* c;  // bf16 (M,N)
+  int M, N, K;
+};
+
+template <int C, int L, bool V>
+struct KernelOf {
+  static constexpr auto ptr = &gemm_kernel<typename CfgOf<C>::type, L, V>;
+};
+
+template <int C, class Launch>
+inline void launch_config(const Args& args, const Plan& plan, int layout, Launch&& launch) {
+  using Cfg = typename CfgOf<C>::type;
+  const dim3 grid((unsigned)(plan.tiles_m * plan.tiles_n), (unsigned)plan.splits, 1u);
+  const dim3 block((unsigned)Cfg::THREADS, 1u, 1u);
+  constexpr bool kHasBytePath = C != 0;  // see config_has_byte_path()
+  if (layout == kSeed) {
+    if (plan.vec || !kHasBytePath)
+      launch(KernelOf<C, kSeed, true>::ptr, grid, block, args);
+    else
+      launch(KernelOf<C, kSeed, kHasBytePath ? false : true>::ptr, grid, block, args);
+  } else {
+    if (plan.vec || !kHasBytePath)
+      launch(KernelOf<C, kNatural, true>::ptr, grid, block, args);
+    else
+      launch(KernelOf<C, kNatural, kHasBytePath ? false : true>::ptr, grid, block, args);
+  }
+}
+
+// Plan for a problem: aligned-ness is read from the real pointers.
+inline Plan plan_problem(const Problem& pr, int force_config = -1, int force_splits = 0) {
+  const bool aligned =
+      layout_aligned(pr.layout, pr.M, pr.N, pr.K, (uintptr_t)pr.a, (uintptr_t)pr.b);
+  return make_plan(pr.M, pr.N, pr.K, pr.layout, aligned, force_config, force_splits);
+}
+
+// Run a planned GEMM (a Plan from make_plan / plan_problem for this problem's M, N, K and layout).
+// `workspace` must hold plan.workspace_bytes floats' worth of bytes (ignored when splits == 1).
+template <class Launch>
+inline void run_gemm(const Problem& pr, const Plan& plan, float* workspace, Launch&& launch) {
+  if (!plan.vec && !config_has_byte_path(plan.config))  // make_plan never returns this
+    return run_gemm(pr, make_plan(pr.M, pr.N, pr.K, pr.layout, false, 1, plan.splits), workspace,
+                    launch);
+  Args args;
+  args.a = (const uint8_t*)pr.a;
+  args.b = (const uint8_t*)pr.b;
+  args.sa = pr.sa;
+  args.sb = pr.sb;
+  args.c = (uint16_t*)pr.c;
+  args.ws = plan.splits > 1 ? workspace : nullptr;
+  args.M = pr.M;
+  args.N = pr.N;
+  args.K = pr.K;
+  args.tiles_m = plan.tiles_m;
+  args.tiles_n = plan.tiles_n;
+  args.kb_per_split = plan.kb_per_split;
+  switch (plan.config) {
+    case 0: launch_config<0>(args, plan, pr.layout, launch); break;
+    case 1: launch_config<1>(args, plan, pr.layout, launch); break;
+    default: launch_config<2>(args, plan, pr.layout, launch); break;
+  }
+  if (plan.splits > 1) {
+    ReduceArgs r;
+    r.ws = workspace;
+    r.c = (uint16_t*)pr.c;
+    r.mn = (long long)pr.M * pr.N;
+    r.splits = plan.splits;
+    long long blocks = (r.mn + 255) / 256;
+    if (blocks > 8LL * kNumCUs) blocks = 8LL * kNumCUs;
+    launch(&splitk_reduce_kernel, dim3((unsigned)blocks, 1u, 1u), dim3(256u, 1u, 1u), r);
+  }
+}
+
+// Every kernel the dispatch above can launch, for tools that want to list/instantiate them all.
+template <class Visit>
+inline void for_each_kernel(Visit&& visit) {
+  visit("gemm_kernel<t256x128,seed,vec>", KernelOf<0, kSeed, true>::ptr);
+  visit("gemm_kernel<t256x128,natural,vec>", KernelOf<0, kNatural, true>::ptr);
+  visit("gemm_kernel<t128x128,seed,vec>", KernelOf<1, kSeed, true>::ptr);
+  visit("gemm_kernel<t128x128,seed,bytes>", KernelOf<1, kSeed, false>::ptr);
+  visit("gemm_kernel<t128x128,natural,vec>", KernelOf<1, kNatural, true>::ptr);
+  visit("gemm_kernel<t128x128,natural,bytes>", KernelOf<1, kNatural, false>::ptr);
+  visit("gemm_kernel<t64x64,seed,vec>", KernelOf<2, kSeed, true>::ptr);
+  visit("gemm_kernel<t64x64,seed,bytes>", KernelOf<2, kSeed, false>::ptr);
+  visit("gemm_kernel<t64x64,natural,vec>", KernelOf<2, kNatural, true>::ptr);
+  visit("gemm_kernel<t64x64,natural,bytes>", KernelOf<2, kNatural, false>::ptr);
+  visit("splitk_reduce_kernel", &splitk_reduce_kernel);
+}
+
+}  // namespace gemm_rocm

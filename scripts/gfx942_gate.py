@@ -1,0 +1,306 @@
+"""The gfx942 gate: compile the HIP backend for MI300X with clang-19 and check its machine code.
+
+Every HIP translation unit of gemm/rocm is compiled device-only for gfx942 (no offload bundle, a
+linked code object per TU); the torch part of the launcher is left out with -DGEMM_ROCM_KERNELS_ONLY
+(no torch headers here), which instantiates the very dispatch the torch entry points run. Then each
+kernel of each code object is checked:
+
+- a GEMM kernel (name contains ``gemm_kernel``) holds ``v_mfma_*fp8*`` instructions,
+- no scratch: private segment 0, no dynamic stack,
+- no VGPR or SGPR spills,
+- LDS (group segment) within 64 KiB.
+
+A table per kernel is printed (VGPR, AGPR, SGPR, LDS, waves/SIMD, MFMA count). Exit status 0 when
+every kernel passes, 1 on a violation, 2 when the toolchain or a source is missing / does not compile.
+
+    python -m scripts.gfx942_gate [--src FILE ...] [--out DIR] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+ROCM_DIR = REPO / "gemm" / "rocm"
+ARCH = "gfx942"
+# Flags the gfx942 objects are built with; the rocm build stage should use the same optimisation
+# flags so that the gate inspects what ships.
+HIP_FLAGS = ["-std=c++17", "-O3", "-DROCM_KERNEL"]
+GATE_DEFINES = ["-DGEMM_ROCM_KERNELS_ONLY"]
+DEFAULT_DEVICE_LIBS = Path("/usr/lib/x86_64-linux-gnu/amdgcn/bitcode")
+LDS_LIMIT = 64 * 1024
+VGPR_FILE_PER_SIMD = 512  # per lane, arch VGPRs + AGPRs (gfx90a/gfx942 unified register file)
+MAX_WAVES_PER_SIMD = 8
+SIMDS_PER_CU = 4
+MFMA_FP8 = re.compile(r"\bv_mfma_\w*fp8\w*")
+MFMA_ANY = re.compile(r"\bv_mfma_\w+")
+SYMBOL = re.compile(r"^[0-9a-f]+ <([^>]+)>:\s*$")
+
+
+class GateError(Exception):
+    """The gate could not run (toolchain missing, compile error): exit status 2."""
+
+
+@dataclass
+class KernelReport:
+    tu: str
+    symbol: str
+    name: str
+    vgpr: int
+    agpr: int
+    sgpr: int
+    lds: int
+    scratch: int
+    dynamic_stack: bool
+    vgpr_spill: int
+    sgpr_spill: int
+    max_threads: int
+    mfma: int
+    mfma_fp8: int
+    waves_per_simd: int
+    violations: list[str] = field(default_factory=list)
+
+    @property
+    def is_gemm(self) -> bool:
+        return "gemm_kernel" in self.name
+
+
+def tool(name: str) -> str:
+    """Path of an LLVM 19 tool (env GEMM_CLANG overrides clang++-19)."""
+    if name == "clang++-19" and os.environ.get("GEMM_CLANG"):
+        return os.environ["GEMM_CLANG"]
+    found = shutil.which(name)
+    if not found:
+        raise GateError(
+            f"{name} not found: install clang-19 lld-19 llvm-19 libamdhip64-dev rocm-device-libs "
+            "(Debian packages, see .ci/apt-packages.txt)"
+        )
+    return found
+
+
+def device_lib_path() -> Path:
+    path = Path(os.environ.get("GEMM_HIP_DEVICE_LIB_PATH", DEFAULT_DEVICE_LIBS))
+    for lib in ("hip.bc", "ockl.bc"):
+        if not (path / lib).is_file():
+            raise GateError(f"HIP device library {path / lib} missing (package rocm-device-libs)")
+    return path
+
+
+def default_sources() -> list[Path]:
+    """Every HIP translation unit of the backend (gemm/rocm/*.hip; the emulator's tree excluded)."""
+    return sorted(ROCM_DIR.glob("*.hip"))
+
+
+def compile_tu(src: Path, out_dir: Path, extra: list[str] | None = None) -> Path:
+    """Device-only gfx942 code object of one translation unit."""
+    obj = out_dir / (src.stem + f".{ARCH}.o")
+    bc = device_lib_path()
+    cmd = [
+        tool("clang++-19"), "-x", "hip", f"--offload-arch={ARCH}", "--cuda-device-only",
+        "--no-gpu-bundle-output", *HIP_FLAGS, *GATE_DEFINES, *(extra or []),
+        f"--hip-device-lib-path={bc}", "--hip-device-lib=hip.bc", "--hip-device-lib=ockl.bc",
+        f"-I{src.parent}", "-c", str(src), "-o", str(obj),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise GateError(f"compiling {src} for {ARCH} failed:\n{' '.join(cmd)}\n{proc.stderr}")
+    return obj
+
+
+def demangle(symbols: list[str]) -> dict[str, str]:
+    filt = shutil.which("llvm-cxxfilt-19") or shutil.which("c++filt")
+    if not filt or not symbols:
+        return {s: s for s in symbols}
+    proc = subprocess.run([filt], input="\n".join(symbols), capture_output=True, text=True)
+    names = proc.stdout.splitlines()
+    return dict(zip(symbols, names)) if len(names) == len(symbols) else {s: s for s in symbols}
+
+
+def short_name(name: str) -> str:
+    """`void gemm_rocm::gemm_kernel<gemm_rocm::TileCfg<256, 128, 4, 2, 16, 2>, 0, true>(...)`
+    -> `gemm_kernel<256x128 w4x2 mfma16, seed, vec>`."""
+    m = re.search(r"gemm_kernel<gemm_rocm::TileCfg<(\d+), (\d+), (\d+), (\d+), (\d+), \d+>, (\d), (\w+)>", name)
+    if m:
+        bm, bn, wm, wn, mt, layout, vec = m.groups()
+        lay = {"0": "seed", "1": "natural"}.get(layout, layout)
+        path = "vec" if vec == "true" else "bytes"
+        return f"gemm_kernel<{bm}x{bn} w{wm}x{wn} mfma{mt}, {lay}, {path}>"
+    name = re.sub(r"^void ", "", name)
+    return re.sub(r"\(.*\)$", "", name).replace("gemm_rocm::", "")
+
+
+def mfma_counts(obj: Path) -> dict[str, tuple[int, int]]:
+    """symbol -> (all MFMA instructions, fp8 MFMA instructions) from the disassembly."""
+    proc = subprocess.run([tool("llvm-objdump-19"), "-d", str(obj)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise GateError(f"llvm-objdump-19 -d {obj} failed: {proc.stderr}")
+    counts: dict[str, list[int]] = {}
+    current = None
+    for line in proc.stdout.splitlines():
+        m = SYMBOL.match(line)
+        if m:
+            current = m.group(1)
+            counts.setdefault(current, [0, 0])
+            continue
+        if current and MFMA_ANY.search(line):
+            counts[current][0] += 1
+            if MFMA_FP8.search(line):
+                counts[current][1] += 1
+    return {k: (v[0], v[1]) for k, v in counts.items()}
+
+
+def kernel_metadata(obj: Path) -> list[dict]:
+    proc = subprocess.run([tool("llvm-readelf-19"), "--notes", str(obj)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise GateError(f"llvm-readelf-19 --notes {obj} failed: {proc.stderr}")
+    text = proc.stdout
+    start = text.find("---")
+    end = text.find("\n...", start)
+    if start < 0 or end < 0:
+        raise GateError(f"no AMDGPU metadata in {obj}")
+    doc = yaml.safe_load(text[start : end + 4].replace("---", "", 1).replace("\n...", ""))
+    return list(doc.get("amdhsa.kernels", []))
+
+
+def waves_per_simd(vgpr_total: int, lds: int, max_threads: int) -> int:
+    """Occupancy of one SIMD from registers (512-entry file, granule 8) and LDS."""
+    granule = 8
+    regs = max(granule, -(-vgpr_total // granule) * granule)
+    by_regs = min(MAX_WAVES_PER_SIMD, VGPR_FILE_PER_SIMD // regs)
+    waves_per_block = max(1, -(-max_threads // 64))
+    if lds > 0:
+        blocks = LDS_LIMIT // lds
+        by_lds = blocks * waves_per_block // SIMDS_PER_CU
+        # a block's waves spread over the 4 SIMDs; registers may also cap whole blocks
+        blocks_by_regs = (by_regs * SIMDS_PER_CU) // waves_per_block
+        by_lds = min(by_lds, blocks_by_regs * waves_per_block // SIMDS_PER_CU) if blocks_by_regs else by_regs
+        return max(0, min(by_regs, by_lds))
+    return by_regs
+
+
+def inspect_object(obj: Path, tu: str) -> list[KernelReport]:
+    counts = mfma_counts(obj)
+    metas = kernel_metadata(obj)
+    names = demangle([m[".name"] for m in metas])
+    reports = []
+    for md in metas:
+        sym = md[".name"]
+        total, fp8 = counts.get(sym, (0, 0))
+        vgpr_count = int(md.get(".vgpr_count", 0))  # unified count (arch VGPRs + AGPRs)
+        agpr = int(md.get(".agpr_count", 0))
+        lds = int(md.get(".group_segment_fixed_size", 0))
+        threads = int(md.get(".max_flat_workgroup_size", 1024))
+        rep = KernelReport(
+            tu=tu,
+            symbol=sym,
+            name=short_name(names.get(sym, sym)),
+            vgpr=vgpr_count - agpr if vgpr_count >= agpr else vgpr_count,
+            agpr=agpr,
+            sgpr=int(md.get(".sgpr_count", 0)),
+            lds=lds,
+            scratch=int(md.get(".private_segment_fixed_size", 0)),
+            dynamic_stack=bool(md.get(".uses_dynamic_stack", False)),
+            vgpr_spill=int(md.get(".vgpr_spill_count", 0)),
+            sgpr_spill=int(md.get(".sgpr_spill_count", 0)),
+            max_threads=threads,
+            mfma=total,
+            mfma_fp8=fp8,
+            waves_per_simd=waves_per_simd(vgpr_count, lds, threads),
+        )
+        if rep.is_gemm and rep.mfma_fp8 == 0:
+            rep.violations.append("GEMM kernel without v_mfma_*fp8* instructions")
+        if rep.scratch != 0:
+            rep.violations.append(f"uses scratch: private segment {rep.scratch} B/lane")
+        if rep.dynamic_stack:
+            rep.violations.append("uses a dynamic stack")
+        if rep.vgpr_spill:
+            rep.violations.append(f"{rep.vgpr_spill} VGPR spills")
+        if rep.sgpr_spill:
+            rep.violations.append(f"{rep.sgpr_spill} SGPR spills")
+        if rep.lds > LDS_LIMIT:
+            rep.violations.append(f"LDS {rep.lds} B > {LDS_LIMIT} B")
+        if rep.waves_per_simd < 1:
+            rep.violations.append("cannot be resident (occupancy 0)")
+        reports.append(rep)
+    return reports
+
+
+def run_gate(sources: list[Path], out_dir: Path) -> list[KernelReport]:
+    if not sources:
+        raise GateError(f"no HIP translation units found under {ROCM_DIR}")
+    reports: list[KernelReport] = []
+    for src in sources:
+        if not src.is_file():
+            raise GateError(f"source {src} not found")
+        obj = compile_tu(src, out_dir)
+        tu = str(src.relative_to(REPO)) if src.is_relative_to(REPO) else str(src)
+        found = inspect_object(obj, tu)
+        if not any(r.is_gemm for r in found):
+            stub = KernelReport(tu, "-", "(no gemm_kernel in this TU)", 0, 0, 0, 0, 0, False, 0, 0, 0, 0, 0, 0)
+            stub.violations.append("translation unit defines no GEMM kernel")
+            found.append(stub)
+        reports.extend(found)
+    return reports
+
+
+def format_table(reports: list[KernelReport]) -> str:
+    head = ["kernel", "VGPR", "AGPR", "SGPR", "LDS B", "scratch", "spill v/s", "waves/SIMD", "MFMA", "status"]
+    rows = [head]
+    for r in reports:
+        status = "ok" if not r.violations else "FAIL: " + "; ".join(r.violations)
+        rows.append([
+            r.name, str(r.vgpr), str(r.agpr), str(r.sgpr), str(r.lds), str(r.scratch),
+            f"{r.vgpr_spill}/{r.sgpr_spill}", str(r.waves_per_simd), f"{r.mfma_fp8}/{r.mfma}", status,
+        ])  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head) - 1)]
+    lines = []
+    for row in rows:
+        cells = [row[i].ljust(widths[i]) if i == 0 else row[i].rjust(widths[i]) for i in range(len(widths))]
+        lines.append("  ".join(cells) + "  " + row[-1])
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m scripts.gfx942_gate", description=__doc__.split("\n")[0])
+    ap.add_argument("--src", action="append", type=Path, help="HIP translation unit (default: gemm/rocm/*.hip)")
+    ap.add_argument("--out", type=Path, help="keep the code objects in this directory")
+    ap.add_argument("--json", type=Path, help="write the per-kernel report as JSON here")
+    args = ap.parse_args(argv)
+    sources = [s.resolve() for s in args.src] if args.src else default_sources()
+    try:
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            reports = run_gate(sources, args.out)
+        else:
+            with tempfile.TemporaryDirectory(prefix="gfx942_gate.") as tmp:
+                reports = run_gate(sources, Path(tmp))
+    except GateError as exc:
+        print(f"gfx942 gate: cannot run: {exc}", file=sys.stderr)
+        return 2
+    print(f"gfx942 gate: {len(sources)} translation unit(s), {len(reports)} kernel(s), arch {ARCH}")
+    print(format_table(reports))
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) | {"is_gemm": r.is_gemm} for r in reports], indent=2))
+    bad = [r for r in reports if r.violations]
+    if bad:
+        for r in bad:
+            print(f"gfx942 gate: FAIL {r.tu}: {r.name} ({r.symbol}): {'; '.join(r.violations)}", file=sys.stderr)
+        return 1
+    print("gfx942 gate: ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
