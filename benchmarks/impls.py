@@ -1,0 +1,244 @@
+"""What gets timed: this kernel and the peers available on the platform.
+
+Every implementation gives, for one input set and one layout, a zero-argument callable returning the
+(M, N) bf16 output, plus the fp32 reference that output must match (the op's reference, or for peers
+that compute on other inputs, e.g. bf16 copies or per-tensor scales, the fp32 product of exactly
+those inputs). `benchmarks.run` checks that output against that reference before timing; a peer whose
+output fails the contract tolerance gets no number.
+
+Set-up that a caller does once per weight (scale re-layouts for torch's blockwise path, bf16 copies for
+the bf16 peer) happens outside the timed call; everything needed to go from the given layout to the
+peer's layout (the transposes of `*_t` peers) happens inside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+
+import torch
+import torch.nn.functional as F
+
+from .problem import Inputs, dequantize_seed, dequantize_w, dequantize_x, fp32_matmul
+
+Fn = Callable[[], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Context:
+    device: torch.device
+    backend: str  # cpu | cuda | rocm
+    fp8_dtype: torch.dtype
+    kernel: ModuleType | None = None
+
+
+@dataclass
+class Impl:
+    name: str  # key in the JSON (`impl`, `ratio_vs_<name>`)
+    label: str  # for tables and plots
+    layouts: tuple[str, ...]
+    build: Callable[[Context, Inputs, str], tuple[Fn, Callable[[], torch.Tensor] | None]]
+    # build(ctx, inputs, layout) -> (call, own_reference or None for the op's reference)
+    available: Callable[[Context], str | None] = field(default=lambda ctx: None)  # None = available, else why not
+    peer: bool = True
+
+
+OURS = "gemm"
+
+# ---------------------------------------------------------------------------------------------- ours
+
+
+def _build_ours(ctx: Context, inp: Inputs, layout: str):
+    k = ctx.kernel
+    # Poisoned: the first call is the checked one, so an element the kernel never writes fails the check.
+    out = torch.full((inp.shape.m, inp.shape.n), float("nan"), dtype=torch.bfloat16, device=ctx.device)
+    if layout == "seed":
+        a, b, sa, sb = inp.a, inp.b, inp.a_scale, inp.b_scale
+        return (lambda: k.gemm(a, b, sa, sb, out)), None
+    x, w, sx, sw = inp.x, inp.w, inp.x_scale, inp.w_scale
+    return (lambda: k.gemm_natural(x, w, sx, sw, out)), None
+
+
+# ---------------------------------------------------------------------------------- naive reference
+
+
+def _build_torch_ref(ctx: Context, inp: Inputs, layout: str):
+    if layout == "seed":
+        a, b, sa, sb = inp.a, inp.b, inp.a_scale, inp.b_scale
+
+        def call() -> torch.Tensor:
+            a32, b32 = dequantize_seed(a, sa, b, sb)
+            with fp32_matmul():
+                return (a32.t() @ b32).to(torch.bfloat16)
+
+        return call, None
+    x, w, sx, sw = inp.x, inp.w, inp.x_scale, inp.w_scale
+
+    def call_natural() -> torch.Tensor:
+        with fp32_matmul():
+            return (dequantize_x(x, sx) @ dequantize_w(w, sw).t()).to(torch.bfloat16)
+
+    return call_natural, None
+
+
+# ------------------------------------------------------------------------------ torch blockwise FP8
+
+
+def _blockwise_available(ctx: Context) -> str | None:
+    if ctx.device.type != "cuda":
+        return "needs a GPU"
+    if not hasattr(F, "scaled_mm") or not hasattr(F, "ScalingType"):
+        return f"torch {torch.__version__} has no torch.nn.functional.scaled_mm / ScalingType"
+    if not all(hasattr(F.ScalingType, n) for n in ("BlockWise1x128", "BlockWise128x128")):
+        return "torch.nn.functional.ScalingType lacks BlockWise1x128 / BlockWise128x128"
+    return None
+
+
+def _round_up(v: int, to: int) -> int:
+    return (v + to - 1) // to * to
+
+
+def blockwise_scale_b(w_scale: torch.Tensor) -> torch.Tensor:
+    """(ceil(N/128), L) -> the layout cuBLASLt's 128x128 recipe takes: (L4, ceil(N/128)) with strides
+    (1, L4), L4 = round_up(L, 4) (h200-baselines.md, after PyTorch's test_scaled_mm_block_wise_numerics)."""
+    kb = w_scale.shape[1]
+    return F.pad(w_scale, (0, _round_up(kb, 4) - kb)).contiguous().t()
+
+
+def blockwise_scale_a(x_scale: torch.Tensor) -> torch.Tensor:
+    """(M, L) -> same shape, outer-dim-major (strides (1, M))."""
+    return x_scale.t().contiguous().t()
+
+
+def _blockwise(x: torch.Tensor, w: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor) -> torch.Tensor:
+    return F.scaled_mm(
+        x, w.t(), sa, F.ScalingType.BlockWise1x128, sb, F.ScalingType.BlockWise128x128, output_dtype=torch.bfloat16
+    )
+
+
+def _build_blockwise(ctx: Context, inp: Inputs, layout: str):
+    x, w = inp.x, inp.w
+    sa, sb = blockwise_scale_a(inp.x_scale), blockwise_scale_b(inp.w_scale)
+    return (lambda: _blockwise(x, w, sa, sb)), None
+
+
+def _build_blockwise_t(ctx: Context, inp: Inputs, layout: str):
+    a, b, a_scale, b_scale = inp.a, inp.b, inp.a_scale, inp.b_scale
+
+    def call() -> torch.Tensor:
+        # a_scale (L, M) contiguous viewed as (M, L) is already outer-dim-major: zero-copy.
+        return _blockwise(a.t().contiguous(), b.t().contiguous(), a_scale.t(), blockwise_scale_b(b_scale.t()))
+
+    return call, None
+
+
+# ------------------------------------------------------------------------------ per-tensor FP8, bf16
+
+
+def _pertensor_available(ctx: Context) -> str | None:
+    if ctx.device.type != "cuda":
+        return "needs a GPU"
+    if not hasattr(torch, "_scaled_mm"):
+        return f"torch {torch.__version__} has no torch._scaled_mm"
+    return None
+
+
+def pertensor_fp8(x: torch.Tensor, w: torch.Tensor, one: torch.Tensor, fast_accum: bool = False) -> torch.Tensor:
+    return torch._scaled_mm(x, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16, use_fast_accum=fast_accum)
+
+
+def _build_pertensor(ctx: Context, inp: Inputs, layout: str):
+    x, w = inp.x, inp.w
+    one = torch.ones((), dtype=torch.float32, device=ctx.device)
+
+    def ref() -> torch.Tensor:
+        with fp32_matmul():
+            return x.float() @ w.float().t()
+
+    return (lambda: pertensor_fp8(x, w, one)), ref
+
+
+def _gpu_only(ctx: Context) -> str | None:
+    return None if ctx.device.type == "cuda" else "needs a GPU"
+
+
+def _build_bf16(ctx: Context, inp: Inputs, layout: str):
+    # The same values, dequantized once to bf16 (as a model without FP8 kernels would hold them).
+    if layout == "seed":
+        a32, b32 = dequantize_seed(inp.a, inp.a_scale, inp.b, inp.b_scale)
+        a16, b16 = a32.to(torch.bfloat16), b32.to(torch.bfloat16)
+        del a32, b32
+
+        def ref_seed() -> torch.Tensor:
+            with fp32_matmul():
+                return a16.float().t() @ b16.float()
+
+        return (lambda: torch.matmul(a16.t(), b16)), ref_seed
+    x16 = dequantize_x(inp.x, inp.x_scale).to(torch.bfloat16)
+    w16 = dequantize_w(inp.w, inp.w_scale).to(torch.bfloat16)
+
+    def ref() -> torch.Tensor:
+        with fp32_matmul():
+            return x16.float() @ w16.float().t()
+
+    return (lambda: torch.matmul(x16, w16.t())), ref
+
+
+# --------------------------------------------------------------------------------------- ROCm: aiter
+
+
+def _aiter_available(ctx: Context) -> str | None:
+    if ctx.backend != "rocm":
+        return "ROCm only"
+    try:
+        import aiter  # noqa: F401
+    except Exception as e:  # aiter raises assorted errors when its JIT or ROCm pieces are missing
+        return f"import aiter failed: {type(e).__name__}: {e}"
+    if not hasattr(aiter, "gemm_a8w8_blockscale"):
+        return "aiter has no gemm_a8w8_blockscale"
+    return None
+
+
+def _aiter(x, w, sx, sw) -> torch.Tensor:
+    import aiter
+
+    # aiter's CK block-scale GEMM: x (M, K), w (N, K), x_scale (M, K/128), w_scale (N/128, K/128).
+    return aiter.gemm_a8w8_blockscale(x, w, sx, sw, dtype=torch.bfloat16)
+
+
+def _build_aiter(ctx: Context, inp: Inputs, layout: str):
+    x, w, sx, sw = inp.x, inp.w, inp.x_scale, inp.w_scale
+    return (lambda: _aiter(x, w, sx, sw)), None
+
+
+def _build_aiter_t(ctx: Context, inp: Inputs, layout: str):
+    a, b, sa, sb = inp.a, inp.b, inp.a_scale, inp.b_scale
+    return (lambda: _aiter(a.t().contiguous(), b.t().contiguous(), sa.t().contiguous(), sb.t().contiguous())), None
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+def _ours_available(ctx: Context) -> str | None:
+    return None if ctx.kernel is not None else "no kernel loaded"
+
+
+IMPLS: tuple[Impl, ...] = (
+    Impl(OURS, "gemm (this kernel)", ("seed", "natural"), _build_ours, _ours_available, peer=False),
+    Impl("torch_ref", "naive torch (dequant, fp32 matmul)", ("seed", "natural"), _build_torch_ref),
+    Impl("torch_blockwise", "torch blockwise scaled_mm", ("natural",), _build_blockwise, _blockwise_available),
+    Impl(
+        "torch_blockwise_t",
+        "transpose + torch blockwise scaled_mm",
+        ("seed",),
+        _build_blockwise_t,
+        _blockwise_available,
+    ),
+    Impl("fp8_pertensor", "per-tensor FP8 cuBLAS (_scaled_mm)", ("natural",), _build_pertensor, _pertensor_available),
+    Impl("bf16", "bf16 matmul (cuBLAS / hipBLASLt)", ("seed", "natural"), _build_bf16, _gpu_only),
+    Impl("aiter_blockscale", "aiter a8w8 block-scale GEMM", ("natural",), _build_aiter, _aiter_available),
+    Impl("aiter_blockscale_t", "transpose + aiter block-scale GEMM", ("seed",), _build_aiter_t, _aiter_available),
+)
+
+BY_NAME = {i.name: i for i in IMPLS}

@@ -1,0 +1,499 @@
+"""Benchmark the built gemm variant against the peers available on this platform.
+
+    python -m benchmarks.run [--shapes challenge|tests|all|cpu-default|MxNxK,...] [--layouts seed,natural]
+                             [--out benchmarks/results/<platform>/] [--build-dir build] [--quick]
+
+Loads the op from the variant in --build-dir through `kernels.get_local_kernel` (the way users load it),
+then for every shape and layout: checks each implementation's output against its fp32 reference (a
+wrong result is refused, never timed), times it (warm-up; median of many calls rotated over several
+input sets; last-level cache flushed before each call; device events on GPU, perf_counter on CPU) and
+reports microseconds, TFLOP/s, % of the platform's speed of light and the ratio to every peer.
+Writes <out>/<variant>.json (schema in benchmarks/README.md) and <out>/<variant>.png, prints a table.
+Exit status: 0 when this kernel passed every check, 1 when any of its outputs was wrong, 2 on bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.util
+import json
+import os
+import platform as pyplatform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class UsageError(ValueError):
+    pass
+
+
+# --------------------------------------------------------------------------------------- loading
+
+
+def load_kernel(build_dir: Path) -> tuple[ModuleType, str, str]:
+    """(module, variant name, how it was loaded). kernels is the loader; without it installed (a bare
+    device machine) the variant directory is imported directly, and the JSON says so."""
+    if not build_dir.is_dir():
+        raise UsageError(f"--build-dir {build_dir} does not exist: run `make build` (python -m scripts.build) first")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local load never needs the Hub
+    try:
+        import kernels
+    except ImportError:
+        module, variant = _import_variant(build_dir)
+        return module, variant, "importlib (the kernels package is not installed)"
+    try:
+        module = kernels.get_local_kernel(build_dir)
+    except FileNotFoundError as e:
+        raise UsageError(f"--build-dir {build_dir}: {e}") from e
+    return module, Path(module.__file__).parent.name, f"kernels {getattr(kernels, '__version__', '?')} get_local_kernel"
+
+
+def _import_variant(build_dir: Path) -> tuple[ModuleType, str]:
+    import torch
+
+    tv = "torch" + "".join(torch.__version__.split("+")[0].split(".")[:2])
+    if torch.version.cuda:
+        backend = "cu" + torch.version.cuda.replace(".", "")[:3]
+    elif getattr(torch.version, "hip", None):
+        backend = "rocm"
+    else:
+        backend = "cpu"
+    candidates = sorted(
+        d
+        for d in build_dir.iterdir()
+        if (d / "__init__.py").is_file() and d.name.startswith(tv + "-") and f"-{backend}" in d.name
+    )
+    if not candidates:
+        raise UsageError(
+            f"--build-dir {build_dir}: no variant for {tv} / {backend} (have: "
+            f"{', '.join(d.name for d in build_dir.iterdir() if d.is_dir()) or 'nothing'})"
+        )
+    vdir = candidates[0]
+    name = "gemm_" + re.sub(r"\W", "_", vdir.name)
+    spec = importlib.util.spec_from_file_location(name, vdir / "__init__.py", submodule_search_locations=[str(vdir)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module, vdir.name
+
+
+# ------------------------------------------------------------------------------------ environment
+
+
+def _cmd(*args: str) -> str | None:
+    try:
+        out = subprocess.run(args, capture_output=True, text=True, timeout=20, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out or None
+
+
+def detect(torch_mod) -> tuple[str, str, str | None]:
+    """(backend cpu|cuda|rocm, platform directory name, gpu name)."""
+    if not torch_mod.cuda.is_available():
+        return "cpu", "cpu", None
+    name = torch_mod.cuda.get_device_name(0)
+    if getattr(torch_mod.version, "hip", None):
+        plat = "mi300x" if "MI300X" in name.upper() else _slug(name)
+        return "rocm", plat, name
+    plat = "h200" if "H200" in name.upper() else _slug(name)
+    return "cuda", plat, name
+
+
+def _slug(name: str) -> str:
+    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w and w not in {"nvidia", "amd", "instinct"}]
+    return "-".join(words) or "gpu"
+
+
+def environment(torch_mod, backend: str, gpu: str | None, variant_dir: Path | None, loader: str) -> dict:
+    env: dict = {
+        "gpu": gpu,
+        "cpu": _cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "os": f"{pyplatform.system()} {pyplatform.release()}",
+        "python": pyplatform.python_version(),
+        "torch": torch_mod.__version__,
+        "kernels": _version("kernels"),
+        "loader": loader,
+    }
+    if backend == "cuda":
+        props = torch_mod.cuda.get_device_properties(0)
+        env.update(
+            cuda=torch_mod.version.cuda,
+            arch=f"sm_{props.major}{props.minor}",
+            sm_count=props.multi_processor_count,
+            driver=_cmd("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"),
+        )
+        try:
+            env["cublaslt"] = torch_mod._C._cuda_getCompiledVersion()
+        except Exception:
+            pass
+    elif backend == "rocm":
+        props = torch_mod.cuda.get_device_properties(0)
+        env.update(
+            hip=torch_mod.version.hip,
+            arch=getattr(props, "gcnArchName", None),
+            cu_count=props.multi_processor_count,
+            driver=_read("/sys/module/amdgpu/version"),
+            aiter=_version("aiter"),
+        )
+    env["git"] = _git()
+    if variant_dir is not None and (variant_dir / "metadata.json").is_file():
+        try:
+            meta = json.loads((variant_dir / "metadata.json").read_text())
+        except json.JSONDecodeError:
+            meta = {}
+        env["variant_metadata"] = {k: meta.get(k) for k in ("id", "version", "digest", "backend", "provenance")}
+    return env
+
+
+def _version(dist: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _cpu_name() -> str:
+    text = _read("/proc/cpuinfo") or ""
+    m = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
+    return m.group(1).strip() if m else (pyplatform.processor() or pyplatform.machine())
+
+
+def _git() -> dict | None:
+    commit = _cmd("git", "-C", str(REPO), "rev-parse", "HEAD")
+    if commit is None:
+        return None
+    status = _cmd("git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no") or ""
+    return {"commit": commit, "dirty": bool(status)}
+
+
+# --------------------------------------------------------------------------------------- progress
+
+
+class Progress:
+    """tqdm when it is installed, else one plain line per step on stderr."""
+
+    def __init__(self, total: int, enabled: bool = True) -> None:
+        self.total, self.done, self.enabled = total, 0, enabled
+        self._bar = None
+        self._t0 = time.perf_counter()
+        if enabled:
+            try:
+                from tqdm import tqdm
+
+                self._bar = tqdm(total=total, file=sys.stderr, unit="step", dynamic_ncols=True)
+            except ImportError:
+                pass
+
+    def step(self, what: str) -> None:
+        self.done += 1
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.set_description(what[:48])
+            self._bar.update(1)
+            return
+        pct = 100.0 * self.done / max(1, self.total)
+        filled = int(pct / 5)
+        elapsed = time.perf_counter() - self._t0
+        print(
+            f"[{'#' * filled}{'.' * (20 - filled)}] {self.done}/{self.total} {pct:3.0f}% {elapsed:6.1f}s  {what}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+# ------------------------------------------------------------------------------------ speed of light
+
+
+def speed_of_light(platform_name: str, backend: str, how: str, device, flusher, quick: bool):
+    from . import sol
+    from .impls import pertensor_fp8
+    from .timing import Budget, time_fns
+
+    if platform_name == "mi300x":
+        return sol.MI300X
+    if backend != "cuda":
+        return None
+    notes = sol.H200_NOTES if platform_name == "h200" else None
+    if how == "notes":
+        return notes
+    import torch
+
+    try:
+        size = 8192
+        g = torch.Generator().manual_seed(1)
+        fp8 = [torch.randn(size, size, generator=g).to(torch.float8_e4m3fn).to(device) for _ in range(4)]
+        one = torch.ones((), device=device)
+        fns = [
+            lambda x=x, w=w: pertensor_fp8(x, w, one, fast_accum=True) for x, w in zip(fp8[:2], fp8[2:], strict=False)
+        ]
+        t = time_fns(fns, device, Budget.for_device("cuda", quick), flusher)
+        peak = 2.0 * size**3 / (t.us * 1e-6) / 1e12
+        del fp8, fns
+        src = torch.empty(1 << 30, dtype=torch.uint8, device=device)
+        dst = torch.empty_like(src)
+        tc = time_fns([lambda d=dst, s=src: d.copy_(s)], device, Budget.for_device("cuda", quick), flusher)
+        bandwidth = 2.0 * src.numel() / (tc.us * 1e-6) / 1e12
+        del src, dst
+    except Exception as e:  # no FP8 cuBLAS on this GPU/torch: fall back to the notes (or nothing)
+        print(
+            f"note: could not measure the FP8 ceiling ({type(e).__name__}: {e}); "
+            f"{'using the notes' if notes else 'no speed of light'}",
+            file=sys.stderr,
+        )
+        return notes
+    return sol.SpeedOfLight(
+        peak_tflops=round(peak, 1),
+        bandwidth_tbps=round(bandwidth, 3),
+        source=(
+            f"measured in this run: per-tensor cuBLAS FP8 torch._scaled_mm with fast accumulation at "
+            f"{size}x{size}x{size} (median of {t.reps}, L2 flushed) = {peak:.0f} TFLOP/s; bandwidth from a "
+            f"1 GiB device copy = {bandwidth:.2f} TB/s"
+        ),
+    )
+
+
+# ------------------------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n")[0])
+    p.add_argument(
+        "--shapes",
+        default=None,
+        help="challenge (18), tests (11), all (29), cpu-default, or MxNxK[,MxNxK...]; "
+        "default: all on GPU, cpu-default on CPU",
+    )
+    p.add_argument("--layouts", default="seed,natural", help="comma list of seed, natural (default both)")
+    p.add_argument("--out", type=Path, default=None, help="results directory (default benchmarks/results/<platform>/)")
+    p.add_argument("--build-dir", type=Path, default=Path("build"), help="where `make build` put the variant")
+    p.add_argument("--quick", action="store_true", help="fewer input sets and repetitions")
+    p.add_argument("--impls", default=None, help="comma list restricting the implementations (default: all available)")
+    p.add_argument("--sets", type=int, default=None, help="input sets rotated while timing (default 4 GPU, 2 CPU)")
+    p.add_argument(
+        "--peak",
+        choices=("measure", "notes"),
+        default="measure",
+        help="CUDA: measure the FP8 ceiling in this run (default) or take it from the H200 notes",
+    )
+    p.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the inputs")
+    p.add_argument("--no-progress", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None, kernel: ModuleType | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        return _main(args, kernel)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
+    import torch
+
+    from . import impls as impls_mod
+    from . import plot as plot_mod
+    from . import report
+    from .problem import (
+        ATOL,
+        NORMWISE_MAX_BAD_FRACTION,
+        NORMWISE_MAX_REL,
+        RTOL,
+        check,
+        make_inputs,
+        parse_layouts,
+        parse_shapes,
+        reference,
+    )
+    from .timing import Budget, Flusher, time_fns
+
+    backend, platform_name, gpu = detect(torch)
+    try:
+        shape_spec = args.shapes or ("cpu-default" if backend == "cpu" else "all")
+        shapes = parse_shapes(shape_spec)
+        layouts = parse_layouts(args.layouts)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    if args.sets is not None and args.sets < 1:
+        raise UsageError(f"--sets must be >= 1, got {args.sets}")
+
+    if kernel is None:
+        kernel, variant, loader = load_kernel(args.build_dir)
+    else:
+        variant, loader = Path(getattr(kernel, "__file__", "given")).parent.name, "given by the caller"
+    variant_dir = Path(kernel.__file__).parent if getattr(kernel, "__file__", None) else None
+
+    device = torch.device("cuda" if backend != "cpu" else "cpu")
+    dtypes = getattr(kernel, "SUPPORTED_DTYPES", None)
+    if dtypes:
+        fp8_dtype = dtypes[0]
+    else:
+        fp8_dtype = torch.float8_e4m3fnuz if backend == "rocm" else torch.float8_e4m3fn
+    ctx = impls_mod.Context(device=device, backend=backend, fp8_dtype=fp8_dtype, kernel=kernel)
+
+    wanted = None
+    if args.impls:
+        wanted = [s.strip() for s in args.impls.split(",") if s.strip()]
+        unknown = [s for s in wanted if s not in impls_mod.BY_NAME]
+        if unknown:
+            raise UsageError(f"--impls: unknown {unknown}; known: {', '.join(impls_mod.BY_NAME)}")
+    impl_info: dict[str, dict] = {}
+    active = []
+    for impl in impls_mod.IMPLS:
+        if wanted is not None and impl.name not in wanted:
+            continue
+        why = impl.available(ctx)
+        impl_info[impl.name] = {
+            "label": impl.label,
+            "layouts": list(impl.layouts),
+            "peer": impl.peer,
+            "status": "ok" if why is None else "unavailable",
+            "reason": why,
+        }
+        if why is None:
+            active.append(impl)
+
+    nsets = args.sets or ((2 if args.quick else 4) if backend != "cpu" else (1 if args.quick else 2))
+    budget = Budget.for_device(device.type, args.quick)
+    flusher = Flusher(device)
+    out_dir = args.out or (REPO / "benchmarks" / "results" / platform_name)
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+    print(
+        f"gemm benchmark: platform {platform_name} ({gpu or _cpu_name()}), variant {variant}, "
+        f"{len(shapes)} shapes ({shape_spec}), layouts {','.join(layouts)}, {nsets} input sets, "
+        f"flush {flusher.nbytes >> 20} MB{', quick' if args.quick else ''}",
+        file=sys.stderr,
+    )
+    if backend == "cpu" and args.shapes is None:
+        print(
+            "note: CPU run on a reduced shape set (cpu-default: 7 small shapes); "
+            "--shapes all runs the 29 contract shapes (slow)",
+            file=sys.stderr,
+        )
+
+    sol = speed_of_light(platform_name, backend, args.peak, device, flusher, args.quick)
+    if sol is not None:
+        print(f"speed of light: {sol.peak_tflops} TFLOP/s, {sol.bandwidth_tbps} TB/s ({sol.source})", file=sys.stderr)
+
+    steps = sum(1 for _ in shapes for lay in layouts for i in active if lay in i.layouts)
+    progress = Progress(steps, enabled=not args.no_progress)
+    records: list[dict] = []
+    refused: list[dict] = []
+    gen = torch.Generator().manual_seed(args.seed)
+    for shape in shapes:
+        sets = [make_inputs(shape, device, fp8_dtype, gen) for _ in range(nsets)]
+        op_ref = reference(sets[0])
+        for layout in layouts:
+            for impl in active:
+                if layout not in impl.layouts:
+                    continue
+                progress.step(f"{shape.id} {layout} {impl.name}")
+                where = {"m": shape.m, "n": shape.n, "k": shape.k, "layout": layout, "impl": impl.name}
+                try:
+                    built = [impl.build(ctx, s, layout) for s in sets]
+                    fns = [b[0] for b in built]
+                    out = fns[0]()
+                    own_ref = built[0][1]
+                    verdict = check(out, own_ref() if own_ref is not None else op_ref)
+                    del out
+                    if not verdict.ok:
+                        refused.append({**where, "reason": f"wrong result: {verdict.message}"})
+                        continue
+                    t = time_fns(fns, device, budget, flusher)
+                except Exception as e:  # a peer that cannot run this shape: say why, keep going
+                    refused.append({**where, "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"})
+                    continue
+                finally:
+                    built = fns = None
+                records.append(
+                    {
+                        **where,
+                        "us": round(t.us, 3),
+                        "us_min": round(t.us_min, 3),
+                        "us_max": round(t.us_max, 3),
+                        "reps": t.reps,
+                        "tflops": float(f"{shape.flops / (t.us * 1e-6) / 1e12:.5g}"),
+                        "pct_sol": None if sol is None else round(sol.pct(shape.m, shape.n, shape.k, t.us), 3),
+                        "check": verdict.mode,
+                        "outside_tol": verdict.bad,
+                        "max_abs_err": verdict.max_abs_err,
+                        "rel_err": verdict.rel_fro_err,
+                    }
+                )
+        del sets, op_ref
+    progress.close()
+
+    natural_only = {i.name for i in impls_mod.IMPLS if i.layouts == ("natural",)}
+    report.add_ratios(records, natural_only)
+    doc = {
+        "schema": report.SCHEMA,
+        "platform": platform_name,
+        "variant": variant,
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "env": environment(torch, backend, gpu, variant_dir, loader),
+        "config": {
+            "shapes": shape_spec,
+            "layouts": layouts,
+            "sets": nsets,
+            "quick": args.quick,
+            "seed": args.seed,
+            "fp8_dtype": str(fp8_dtype).replace("torch.", ""),
+            "timer": "device events (torch.cuda.Event)" if device.type == "cuda" else "time.perf_counter",
+            "flush_bytes": flusher.nbytes,
+            "budget": budget.__dict__,
+            "tolerance": (
+                f"elementwise |out - ref| <= {ATOL} + {RTOL} |ref| against the fp32 reference; else accepted "
+                f"'normwise' when rel Frobenius err <= {NORMWISE_MAX_REL} and at most "
+                f"{NORMWISE_MAX_BAD_FRACTION:.0%} of elements are outside (count in outside_tol)"
+            ),
+        },
+        "sol": None if sol is None else sol.to_json(),
+        "impls": impl_info,
+        "records": records,
+        "refused": refused,
+    }
+    stem = variant or "results"
+    json_path = report.write(doc, out_dir / f"{stem}.json")
+    print()
+    print(report.table(doc))
+    print(f"results: {json_path}")
+    if not args.no_plot:
+        try:
+            print(f"plot:    {plot_mod.plot(doc, out_dir / f'{stem}.png')}")
+        except plot_mod.PlotUnavailable as e:
+            print(f"plot:    skipped: {e}")
+    ours_refused = [r for r in refused if r["impl"] == impls_mod.OURS]
+    if ours_refused:
+        print(f"error: this kernel failed {len(ours_refused)} check(s); see 'refused' above", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

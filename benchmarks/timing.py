@@ -1,0 +1,121 @@
+"""Timing: warm-up, then the median of many runs rotated over several input sets, the last-level cache
+flushed (a buffer larger than it is written) before every run.
+
+GPU (CUDA, and ROCm through the same torch.cuda API): device events around each call, so only device
+time counts; the flush runs on the stream just before the start event. CPU: time.perf_counter around
+each call (the op is synchronous on CPU).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How hard to measure one (shape, layout, impl)."""
+
+    warmup_min: int  # at least this many warm-up calls...
+    warmup_s: float  # ...and at least this long
+    reps_min: int
+    reps_max: int
+    target_s: float  # aim for this much timed work
+
+    @staticmethod
+    def for_device(device_type: str, quick: bool) -> Budget:
+        if device_type == "cpu":
+            return Budget(1, 0.0, 2, 5, 0.5) if quick else Budget(2, 0.2, 3, 15, 2.0)
+        return Budget(3, 0.01, 5, 30, 0.03) if quick else Budget(5, 0.05, 20, 200, 0.25)
+
+
+@dataclass(frozen=True)
+class Timing:
+    us: float  # median
+    us_min: float
+    us_max: float
+    reps: int
+
+    def to_json(self) -> dict:
+        return {"us": self.us, "us_min": self.us_min, "us_max": self.us_max, "reps": self.reps}
+
+
+def llc_bytes(device: torch.device) -> int:
+    """Size of the cache to flush: GPU L2 (or MI300X's 256 MB Infinity Cache), CPU L3."""
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        l2 = int(getattr(props, "L2_cache_size", 0) or 0)
+        if getattr(torch.version, "hip", None):
+            return max(l2, 256 << 20)  # MI300X: the 256 MB Infinity Cache sits behind the L2
+        return max(l2, 50 << 20)  # H200: 50 MB L2 (torch reports 60 MiB)
+    best = 0
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = f.read_text().strip()
+        try:
+            value = int(text.rstrip("KMG"))
+        except ValueError:
+            continue
+        value *= {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        best = max(best, value)
+    return best or (32 << 20)
+
+
+class Flusher:
+    """Writes a buffer twice the size of the last-level cache (at least 64 MB)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.nbytes = max(2 * llc_bytes(device), 64 << 20)
+        self.buf = torch.empty(self.nbytes // 4, dtype=torch.int32, device=device)
+        self._i = 0
+
+    def __call__(self) -> None:
+        self._i += 1
+        self.buf.fill_(self._i)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_fns(
+    fns: Sequence[Callable[[], object]], device: torch.device, budget: Budget, flush: Flusher | None
+) -> Timing:
+    """Median time of calls rotated over `fns` (one per input set)."""
+    if not fns:
+        raise ValueError("time_fns: no function to time")
+    # Warm-up, also giving a first estimate of one call.
+    n = 0
+    t0 = time.perf_counter()
+    while n < budget.warmup_min or time.perf_counter() - t0 < budget.warmup_s:
+        fns[n % len(fns)]()
+        n += 1
+        sync(device)
+    estimate = max((time.perf_counter() - t0) / n, 1e-7)
+    reps = int(min(budget.reps_max, max(budget.reps_min, budget.target_s / estimate)))
+    times_us: list[float]
+    if device.type == "cuda":
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for i in range(reps):
+            if flush is not None:
+                flush()
+            starts[i].record()
+            fns[i % len(fns)]()
+            ends[i].record()
+        sync(device)
+        times_us = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=False)]
+    else:
+        times_us = []
+        for i in range(reps):
+            if flush is not None:
+                flush()
+            t = time.perf_counter()
+            fns[i % len(fns)]()
+            times_us.append((time.perf_counter() - t) * 1e6)
+    return Timing(statistics.median(times_us), min(times_us), max(times_us), reps)
