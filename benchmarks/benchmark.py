@@ -50,9 +50,7 @@ def _fp8_dtype(kernel) -> torch.dtype:
 
 def _setup(self, shape) -> None:
     gen = torch.Generator().manual_seed(shape.m * 1_000_003 + shape.n * 1_009 + shape.k)
-    self.inputs = problem.make_inputs(
-        shape, self.device, _fp8_dtype(self.kernel), gen, scale_std=0.22 / shape.k**0.25
-    )
+    self.inputs = problem.make_inputs(shape, self.device, _fp8_dtype(self.kernel), gen, scale_std=0.22 / shape.k**0.25)
     self.out = torch.empty(shape.m, shape.n, dtype=torch.bfloat16, device=self.device)
 
 
