@@ -78,12 +78,11 @@ class KernelReport:
 
 def tool(name: str) -> str:
     """Path of an LLVM 19 tool (env GEMM_CLANG overrides clang++-19)."""
-    if name == "clang++-19" and os.environ.get("GEMM_CLANG"):
-        return os.environ["GEMM_CLANG"]
-    found = shutil.which(name)
+    override = os.environ.get("GEMM_CLANG") if name == "clang++-19" else None
+    found = shutil.which(override or name)
     if not found:
         raise GateError(
-            f"{name} not found: install clang-19 lld-19 llvm-19 libamdhip64-dev rocm-device-libs "
+            f"{override or name} not found: install clang-19 lld-19 llvm-19 libamdhip64-dev rocm-device-libs "
             "(Debian packages, see .ci/apt-packages.txt)"
         )
     return found
@@ -124,7 +123,7 @@ def demangle(symbols: list[str]) -> dict[str, str]:
         return {s: s for s in symbols}
     proc = subprocess.run([filt], input="\n".join(symbols), capture_output=True, text=True)
     names = proc.stdout.splitlines()
-    return dict(zip(symbols, names)) if len(names) == len(symbols) else {s: s for s in symbols}
+    return dict(zip(symbols, names, strict=True)) if len(names) == len(symbols) else {s: s for s in symbols}
 
 
 def short_name(name: str) -> str:

@@ -1,0 +1,133 @@
+"""The gfx942 gate (scripts/gfx942_gate.py): the HIP backend compiles for MI300X with clang-19 and its
+code objects pass (fp8 MFMA in every GEMM kernel, no scratch, no spills, LDS <= 64 KiB); and the gate
+is able to fail: deliberately bad translation units are rejected with a clear message."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from scripts import gfx942_gate as gate
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def _toolchain_or_skip() -> None:
+    missing = [t for t in ("clang++-19", "llvm-readelf-19", "llvm-objdump-19") if not shutil.which(t)]
+    if not missing:
+        try:
+            gate.device_lib_path()
+            return
+        except gate.GateError as exc:
+            missing.append(str(exc))
+    msg = f"gfx942 toolchain missing: {', '.join(missing)} (Debian: clang-19 lld-19 llvm-19 rocm-device-libs)"
+    if IN_CI:
+        pytest.fail(msg + " -- CI must have it (.ci/apt-packages.txt)")
+    pytest.skip(msg)
+
+
+@pytest.fixture(scope="module")
+def gate_run(tmp_path_factory):
+    _toolchain_or_skip()
+    out = tmp_path_factory.mktemp("gate")
+    sources = gate.default_sources()
+    return sources, gate.run_gate(sources, out)
+
+
+def test_backend_sources_found():
+    names = {p.name for p in gate.default_sources()}
+    assert "gemm_rocm.hip" in names, names
+
+
+def test_gate_passes_on_the_backend(gate_run, capsys):
+    sources, reports = gate_run
+    bad = [(r.name, r.violations) for r in reports if r.violations]
+    assert not bad, f"gfx942 gate violations: {bad}"
+    gemm = [r for r in reports if r.is_gemm]
+    # 3 tile configurations x 2 layouts x {vector loads, byte loads}, minus t256x128's byte path.
+    assert len(gemm) == 10, [r.name for r in gemm]
+    for r in gemm:
+        assert r.mfma_fp8 > 0 and r.mfma_fp8 == r.mfma, r
+        assert r.scratch == 0 and r.vgpr_spill == 0 and r.sgpr_spill == 0, r
+        assert 0 < r.lds <= 64 * 1024, r
+        assert r.waves_per_simd >= 2, f"{r.name}: occupancy {r.waves_per_simd} wave/SIMD below the budget"
+    names = " ".join(r.name for r in gemm)
+    for tile in ("256x128", "128x128", "64x64"):
+        for layout in ("seed", "natural"):
+            assert f"{tile} " in names and f", {layout}, vec>" in names, (tile, layout, names)
+    # both MFMA shapes are in use: 16x16x32 (t256x128, t128x128) and 32x32x16 (t64x64)
+    assert "mfma16" in names and "mfma32" in names
+    assert any(r.name == "splitk_reduce_kernel" for r in reports)
+    print(gate.format_table(reports))
+    assert "waves/SIMD" in capsys.readouterr().out
+
+
+def test_gate_cli_prints_table_and_exits_zero(gate_run, capsys, tmp_path):
+    sources, _ = gate_run
+    rc = gate.main(["--out", str(tmp_path), "--json", str(tmp_path / "gate.json")])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "VGPR" in out and "AGPR" in out and "SGPR" in out and "LDS" in out and "waves/SIMD" in out
+    assert "gfx942 gate: ok" in out
+    assert (tmp_path / "gate.json").is_file()
+
+
+BAD_NO_MFMA = """
+#include "hip_compat.h"
+// A "GEMM kernel" that multiplies on the VALU only: the gate must reject it.
+__global__ void gemm_kernel_without_mfma(const float* a, const float* b, float* c, int n) {
+  float s = 0.f;
+  for (int k = 0; k < n; ++k) s += a[threadIdx.x * n + k] * b[k];
+  c[threadIdx.x] = s;
+}
+"""
+
+BAD_SCRATCH = """
+#include "hip_compat.h"
+typedef float floatx4 __attribute__((ext_vector_type(4)));
+// Has an MFMA but a dynamically indexed private array: lives in scratch, the gate must reject it.
+__global__ void gemm_kernel_with_scratch(const long* a, const int* idx, float* c) {
+  float big[512];
+  for (int i = 0; i < 512; ++i) big[i] = c[i * 64 + threadIdx.x];
+  floatx4 acc = {big[idx[threadIdx.x]], 0.f, 0.f, 0.f};
+  acc = __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8(a[threadIdx.x], a[threadIdx.x + 64], acc, 0, 0, 0);
+  c[threadIdx.x] = acc[0] + big[idx[threadIdx.x + 64]];
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [(BAD_NO_MFMA, "without v_mfma"), (BAD_SCRATCH, "scratch")],
+    ids=["no-mfma", "scratch"],
+)
+def test_gate_fails_on_a_bad_translation_unit(source, expected, tmp_path, capsys):
+    _toolchain_or_skip()
+    bad = tmp_path / "bad.hip"
+    bad.write_text(source)
+    shutil.copy(gate.ROCM_DIR / "hip_compat.h", tmp_path / "hip_compat.h")
+    reports = gate.run_gate([bad], tmp_path)
+    assert any(expected in v for r in reports for v in r.violations), [(r.name, r.violations) for r in reports]
+    rc = gate.main(["--src", str(bad), "--out", str(tmp_path / "objs")])
+    captured = capsys.readouterr()
+    assert rc == 1, captured.out + captured.err
+    assert "FAIL" in captured.err and expected in captured.err
+
+
+def test_gate_reports_a_compile_error(tmp_path, capsys):
+    _toolchain_or_skip()
+    bad = tmp_path / "broken.hip"
+    bad.write_text("__global__ void gemm_kernel_broken() { this is not C++; }\n")
+    rc = gate.main(["--src", str(bad), "--out", str(tmp_path / "objs")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "cannot run" in err and "broken.hip" in err
+
+
+def test_gate_reports_a_missing_toolchain(monkeypatch, capsys):
+    monkeypatch.setenv("GEMM_CLANG", "/nonexistent/clang++-19")
+    rc = gate.main(["--src", str(Path(gate.ROCM_DIR) / "gemm_rocm.hip")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "cannot run" in err
