@@ -345,7 +345,8 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
     if kernel is None:
         kernel, variant, loader = load_kernel(args.build_dir)
     else:
-        variant, loader = Path(getattr(kernel, "__file__", "given")).parent.name, "given by the caller"
+        file = getattr(kernel, "__file__", None)
+        variant, loader = (Path(file).parent.name if file else None), "given by the caller"
     variant_dir = Path(kernel.__file__).parent if getattr(kernel, "__file__", None) else None
 
     device = torch.device("cuda" if backend != "cpu" else "cpu")

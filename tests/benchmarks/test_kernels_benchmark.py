@@ -1,0 +1,46 @@
+"""benchmarks/benchmark.py in the form `kernels benchmark` runs: discovered and run by kernels' own runner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kernels.benchmark import Benchmark
+from kernels.cli.benchmark import discover_benchmark_classes, run_benchmark_class
+
+from benchmarks import problem
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "benchmarks" / "benchmark.py"
+
+
+@pytest.fixture(scope="module")
+def classes():
+    return {c.__name__: c for c in discover_benchmark_classes(SCRIPT, REPO)}
+
+
+def test_workloads_are_the_shape_list(classes):
+    import torch
+
+    assert set(classes) == {"GemmSeedBenchmark", "GemmNaturalBenchmark"}
+    expected = problem.SHAPE_SETS["all" if torch.cuda.is_available() else "cpu-default"]
+    for cls in classes.values():
+        names = sorted(n.removeprefix("benchmark_") for n in dir(cls) if n.startswith("benchmark_"))
+        assert names == sorted(f"m{m}_n{n}_k{k}" for m, n, k in expected)
+        for name in names:
+            assert callable(getattr(cls, f"setup_{name}")) and callable(getattr(cls, f"verify_{name}"))
+
+
+def test_kernels_runner_verifies_a_workload(classes, variant_dir, kernel):
+    """kernels' runner on the 64x64x128 workload of both classes: its allclose(atol=1e-2) check passes."""
+    if kernel.BACKEND != "cpu":
+        pytest.skip("run on the CPU variant here; the GPU variants run it on their machines")
+    for name, cls in classes.items():
+        tiny = type(name, (Benchmark,), {
+            "seed": cls.seed,
+            **{f"{p}_m64_n64_k128": getattr(cls, f"{p}_m64_n64_k128") for p in ("setup", "benchmark", "verify")},
+        })  # fmt: skip
+        results, _ = run_benchmark_class(
+            tiny, iterations=2, warmup=1, repo_id=str(variant_dir.parent), is_local=True, revision="local"
+        )
+        assert results["m64_n64_k128"].verified is True

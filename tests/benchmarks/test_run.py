@@ -1,0 +1,158 @@
+"""The benchmark runner end to end on CPU (one tiny shape, no timing assertions), its JSON schema and
+its refusal to time a wrong result."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import types
+
+import pytest
+import torch
+
+from benchmarks import impls, plot, report, run
+
+TINY = ["--shapes", "64x64x128", "--quick", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def cpu_run(kernel, tmp_path_factory):
+    """One CPU run of the built variant on 64x64x128, both layouts: (exit code, json path, stdout)."""
+    if kernel.BACKEND != "cpu":
+        pytest.skip("these runner tests time the CPU variant; the GPU run is the device's")
+    out = tmp_path_factory.mktemp("bench")
+    code = run.main([*TINY, "--out", str(out)], kernel=kernel)
+    files = sorted(out.iterdir())
+    return code, out, files
+
+
+def test_cpu_run_writes_json_and_png(cpu_run, kernel):
+    code, out, files = cpu_run
+    assert code == 0
+    stems = {f.suffix: f for f in files}
+    assert set(stems) == {".json", ".png"}, files
+    assert stems[".png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    doc = report.read(stems[".json"])
+    assert doc["platform"] == "cpu" and doc["sol"] is None
+    assert doc["variant"] == stems[".json"].stem
+    assert doc["env"]["torch"] == torch.__version__ and doc["env"]["kernels"]
+    got = {(r["layout"], r["impl"]) for r in doc["records"]}
+    assert got == {("seed", "gemm"), ("natural", "gemm"), ("seed", "torch_ref"), ("natural", "torch_ref")}
+    for r in doc["records"]:
+        assert (r["m"], r["n"], r["k"]) == (64, 64, 128)
+        assert r["us"] > 0 and r["reps"] >= 2 and r["pct_sol"] is None
+        assert r["tflops"] == pytest.approx(2 * 64 * 64 * 128 / (r["us"] * 1e-6) / 1e12, rel=1e-3)
+        other = "torch_ref" if r["impl"] == "gemm" else "gemm"
+        twin = next(t for t in doc["records"] if t["impl"] == other and t["layout"] == r["layout"])
+        assert r[f"ratio_vs_{other}"] == pytest.approx(twin["us"] / r["us"], rel=1e-3)
+        assert r["check"] == "elementwise" and r["outside_tol"] == 0
+    assert doc["impls"]["torch_blockwise"]["status"] == "unavailable"
+
+
+def test_json_round_trip_and_schema_errors(cpu_run, tmp_path):
+    _, out, files = cpu_run
+    path = next(f for f in files if f.suffix == ".json")
+    doc = report.read(path)
+    again = report.write(doc, tmp_path / "again.json")
+    assert json.loads(again.read_text()) == json.loads(path.read_text())
+    broken = json.loads(path.read_text())
+    del broken["records"][0]["us"]
+    with pytest.raises(report.SchemaError, match=r"records\[0\]: missing key 'us'"):
+        report.validate(broken)
+    broken = json.loads(path.read_text())
+    broken["records"][0]["impl"] = "mystery"
+    with pytest.raises(report.SchemaError, match="mystery"):
+        report.validate(broken)
+    with pytest.raises(report.SchemaError, match="schema"):
+        report.validate({**doc, "schema": "gemm-bench/0"})
+
+
+def test_replot_from_json(cpu_run, tmp_path):
+    _, out, files = cpu_run
+    path = next(f for f in files if f.suffix == ".json")
+    target = tmp_path / "re.png"
+    assert plot.main([str(path), "--out", str(target)]) == 0
+    assert target.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_without_matplotlib_the_json_still_comes(kernel, tmp_path, monkeypatch, capsys):
+    if kernel.BACKEND != "cpu":
+        pytest.skip("CPU variant only")
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    assert run.main([*TINY, "--layouts", "natural", "--out", str(tmp_path)], kernel=kernel) == 0
+    assert [f.suffix for f in tmp_path.iterdir()] == [".json"]
+    assert "plot:    skipped: matplotlib is not installed" in capsys.readouterr().out
+
+
+def _bad_kernel() -> types.ModuleType:
+    """A 'kernel' that writes the right shape and dtype but forgets the scales."""
+    mod = types.ModuleType("bad_gemm")
+    mod.SUPPORTED_DTYPES = (torch.float8_e4m3fn,)
+
+    def gemm(a, b, a_scale, b_scale, c):
+        c.copy_(a.float().T @ b.float())
+        return c
+
+    def gemm_natural(x, w, x_scale, w_scale, out):
+        out.copy_(x.float() @ w.float().T)
+        return out
+
+    mod.gemm, mod.gemm_natural = gemm, gemm_natural
+    return mod
+
+
+def test_a_wrong_kernel_is_refused_not_timed(tmp_path):
+    code = run.main([*TINY, "--out", str(tmp_path), "--no-plot"], kernel=_bad_kernel())
+    assert code == 1
+    doc = report.read(tmp_path / "results.json")
+    assert not [r for r in doc["records"] if r["impl"] == "gemm"]
+    refused = [r for r in doc["refused"] if r["impl"] == "gemm"]
+    assert {r["layout"] for r in refused} == {"seed", "natural"}
+    assert all(r["reason"].startswith("wrong result:") for r in refused)
+
+
+def test_a_wrong_peer_is_refused_not_timed(kernel, tmp_path, monkeypatch):
+    def build_wrong(ctx, inp, layout):
+        return (lambda: torch.zeros(inp.shape.m, inp.shape.n, dtype=torch.bfloat16)), None
+
+    def build_crash(ctx, inp, layout):
+        def call():
+            raise RuntimeError("no kernel image for this shape")
+
+        return call, None
+
+    extra = (
+        impls.Impl("wrong_peer", "returns zeros", ("seed", "natural"), build_wrong),
+        impls.Impl("crashing_peer", "raises", ("natural",), build_crash),
+    )
+    monkeypatch.setattr(impls, "IMPLS", impls.IMPLS + extra)
+    monkeypatch.setattr(impls, "BY_NAME", {i.name: i for i in impls.IMPLS})
+    args = [*TINY, "--out", str(tmp_path), "--no-plot", "--impls", "gemm,wrong_peer,crashing_peer"]
+    assert run.main(args, kernel=kernel) == 0  # our kernel is right; the peers are not
+    doc = report.read(next(tmp_path.glob("*.json")))
+    assert {r["impl"] for r in doc["records"]} == {"gemm"}
+    reasons = {(r["impl"], r["layout"]): r["reason"] for r in doc["refused"]}
+    assert re.match(r"wrong result: 40\d\d of 4096 elements outside", reasons[("wrong_peer", "seed")])
+    assert reasons[("crashing_peer", "natural")] == "RuntimeError: no kernel image for this shape"
+    assert not any(k.startswith("ratio_vs_wrong") for r in doc["records"] for k in r)
+
+
+def test_ratios_use_the_natural_layout_for_natural_only_peers():
+    recs = [
+        {"m": 1, "n": 2, "k": 128, "layout": "seed", "impl": "gemm", "us": 10.0},
+        {"m": 1, "n": 2, "k": 128, "layout": "natural", "impl": "gemm", "us": 5.0},
+        {"m": 1, "n": 2, "k": 128, "layout": "natural", "impl": "torch_blockwise", "us": 20.0},
+        {"m": 1, "n": 2, "k": 128, "layout": "seed", "impl": "torch_ref", "us": 40.0},
+    ]
+    report.add_ratios(recs, natural_only={"torch_blockwise"})
+    assert recs[0]["ratio_vs_torch_blockwise"] == 2.0 and recs[0]["ratio_vs_torch_ref"] == 4.0
+    assert recs[1]["ratio_vs_torch_blockwise"] == 4.0 and "ratio_vs_torch_ref" not in recs[1]
+    assert recs[2]["ratio_vs_gemm"] == 0.25
+
+
+def test_bad_arguments_exit_2(capsys):
+    assert run.main(["--shapes", "64x64x100"]) == 2
+    assert "K must be a positive multiple of 128" in capsys.readouterr().err
+    assert run.main(["--shapes", "64x64x128", "--build-dir", "/nonexistent/build"]) == 2
+    assert "--build-dir /nonexistent/build does not exist" in capsys.readouterr().err
