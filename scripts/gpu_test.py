@@ -15,7 +15,7 @@ On the runner host (docker SDK; the job ran ``python -m scripts.preflight`` firs
 3. Inside, ``python -m scripts.gpu_test inside`` installs ``--requirements`` (default
    requirements/gpu-test.txt), checks that the ``kernels`` loader, in that image's torch, selects
    exactly this variant and imports it from /kernel/build, runs the GPU tests (pytest on
-   tests/rocm/test_rocm_gpu.py and tests/kernel, ``GEMM_KERNEL_DIR=/kernel/build``) and the
+   tests/rocm/test_rocm_gpu.py and tests/kernel, ``GEMM_BUILD_DIR=/kernel/build``) and the
    benchmark (``python -m benchmarks.run``), and writes ``/results/report.json``.
 4. The host writes ``checks.tests`` into the copied variant's metadata.json (the digest covers
    every file but metadata.json, so the artifact's bytes are unchanged): ``OUT/kernel/build/<variant>``
@@ -104,7 +104,7 @@ class Plan:
                 str(self.results): {"bind": RESULTS_MOUNT, "mode": "rw"},
             },
             "environment": {
-                "GEMM_KERNEL_DIR": KERNEL_MOUNT,
+                "GEMM_BUILD_DIR": KERNEL_MOUNT,
                 "PYTHONDONTWRITEBYTECODE": "1",
                 "PYTHONUNBUFFERED": "1",
                 "PIP_DISABLE_PIP_VERSION_CHECK": "1",
@@ -266,9 +266,7 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
         print("cleanup: no docker CLI on this runner; nothing to remove")
         return 0
     label = f"label={LABEL_RUN}={run_label()}"
-    found = subprocess.run(
-        [docker, "ps", "-aq", "--filter", label], capture_output=True, text=True, check=False
-    )
+    found = subprocess.run([docker, "ps", "-aq", "--filter", label], capture_output=True, text=True, check=False)
     if found.returncode:
         raise GpuTestError(f"docker ps failed: {found.stderr.strip()}")
     ids = found.stdout.split()
@@ -342,8 +340,10 @@ def cmd_inside(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"variant": args.variant, "ok": False}
     try:
         if (Path.cwd() / "build").exists():
-            raise GpuTestError(f"{Path.cwd()}/build is visible in the container; only {args.kernel_dir} may hold kernels")
-        env = dict(os.environ, GEMM_KERNEL_DIR=str(args.kernel_dir))
+            raise GpuTestError(
+                f"{Path.cwd()}/build is visible in the container; only {args.kernel_dir} may hold kernels"
+            )
+        env = dict(os.environ, GEMM_BUILD_DIR=str(args.kernel_dir))
         if args.requirements:
             req = Path(args.requirements)
             if not req.is_file():
@@ -358,13 +358,15 @@ def cmd_inside(args: argparse.Namespace) -> int:
             raise GpuTestError(f"loader check: {report['loader']['error']}")
         tests = [t for t in GPU_TESTS if Path(t).exists()]
         missing = sorted(set(GPU_TESTS) - set(tests))
+        if missing:
+            raise GpuTestError(f"GPU test paths missing from the checkout: {', '.join(missing)}")
         pytest_cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-ra",
                       f"--junitxml={results / 'junit.xml'}", *tests]  # fmt: skip
         rc = _run_logged(pytest_cmd, env, results / "pytest.log")
-        report["pytest"] = {"ok": rc == 0 and not missing, "exit_code": rc, "paths": tests, "missing": missing}
+        report["pytest"] = {"ok": rc == 0, "exit_code": rc, "paths": tests}
         if args.bench:
-            bench_cmd = [sys.executable, "-m", "benchmarks.run", "--kernel-dir", str(args.kernel_dir),
-                         "--out", str(results / "bench")]  # fmt: skip
+            bench_cmd = [sys.executable, "-m", "benchmarks.run", "--build-dir", str(args.kernel_dir),
+                         "--out", str(results / "bench"), "--no-plot", "--no-progress"]  # fmt: skip
             rc = _run_logged(bench_cmd, env, results / "bench.log")
             report["bench"] = {"ok": rc == 0, "exit_code": rc}
         report["ok"] = all(report.get(k, {}).get("ok", True) for k in ("loader", "pytest", "bench"))

@@ -174,8 +174,11 @@ def reclaim_hosted_disk(env: dict[str, str] | os._Environ[str] = os.environ) -> 
     return Check("reclaim", True, f"removed {len(present)} preinstalled toolchains", {"removed": present})
 
 
+ROCMINFO_FALLBACK = Path("/opt/rocm/bin/rocminfo")
+
+
 def run_rocminfo(timeout_s: float = 120.0) -> str:
-    exe = shutil.which("rocminfo") or ("/opt/rocm/bin/rocminfo" if Path("/opt/rocm/bin/rocminfo").exists() else None)
+    exe = shutil.which("rocminfo") or (str(ROCMINFO_FALLBACK) if ROCMINFO_FALLBACK.exists() else None)
     if exe is None:
         raise RuntimeError("rocminfo not found on PATH or in /opt/rocm/bin")
     proc = subprocess.run([exe], capture_output=True, text=True, timeout=timeout_s, check=False)

@@ -185,7 +185,10 @@ def check_tested(env: Mapping[str, str], build_dir: Path) -> dict[str, str]:
     if present != expected:
         missing = sorted(set(expected) - set(present))
         extra = sorted(set(present) - set(expected))
-        raise InputError("--build-dir", f"{build_dir} must hold the tested variants {expected}: missing {missing}, unexpected {extra}")
+        raise InputError(
+            "--build-dir",
+            f"{build_dir} must hold the tested variants {expected}: missing {missing}, unexpected {extra}",
+        )
     for name in expected:
         meta_path = build_dir / name / "metadata.json"
         try:

@@ -1,0 +1,239 @@
+"""scripts.gpu_test without a GPU: the plan, the container it asks Docker for, that the container
+is always removed, what lands in metadata.json, the loader check against the real built variant,
+and the cleanup step (against a recording stand-in for the docker CLI)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+import requests
+
+from scripts import gpu_test
+
+VARIANT = "torch213-cxx11-rocm100-x86_64-linux"
+IMAGE = "rocm/pytorch:rocm10.0_ubuntu24.04_py3.12_pytorch_release_2.13.0@sha256:" + "ab" * 32
+
+
+def fake_artifact(root: Path, name: str = VARIANT) -> Path:
+    art = root / "download" / name
+    art.mkdir(parents=True)
+    (art / "__init__.py").write_text("from ._ops import ops\n")
+    (art / "_gemm_rocm_0123abc.abi3.so").write_bytes(os.urandom(64))
+    (art / "metadata.json").write_text(json.dumps({"name": "gemm", "checks": {"abi": {"ok": False}}}))
+    return art
+
+
+def run_args(tmp_path: Path, **over) -> argparse.Namespace:
+    ns = gpu_test.build_parser().parse_args(
+        ["run", "--artifact", str(fake_artifact(tmp_path)), "--image", IMAGE, "--out", str(tmp_path / "out")]
+    )
+    for k, v in over.items():
+        setattr(ns, k, v)
+    return ns
+
+
+def test_plan_and_container_request(tmp_path, monkeypatch):
+    monkeypatch.setenv("GITHUB_RUN_ID", "77")
+    monkeypatch.setenv("GITHUB_RUN_ATTEMPT", "2")
+    plan = gpu_test.make_plan(run_args(tmp_path))
+    assert plan.variant == VARIANT and plan.staged == tmp_path / "out" / "kernel" / "build" / VARIANT
+    assert plan.container_name == f"gemm-gpu-test-{VARIANT}-77-2"
+    kw = plan.container_kwargs(tmp_path / "src", ["44", "109"])
+    assert kw["image"] == IMAGE
+    assert kw["devices"] == ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"]
+    assert kw["group_add"] == ["44", "109"]
+    assert kw["security_opt"] == ["seccomp=unconfined"] and kw["ipc_mode"] == "host"
+    assert kw["entrypoint"] == ["python", "-m", "scripts.gpu_test", "inside"]
+    assert kw["command"][:2] == ["--variant", VARIANT]
+    vols = kw["volumes"]
+    assert vols[str(tmp_path / "src")] == {"bind": "/src", "mode": "ro"}
+    assert vols[str(plan.staged.parent)] == {"bind": "/kernel/build", "mode": "ro"}
+    assert vols[str(plan.results)] == {"bind": "/results", "mode": "rw"}
+    assert kw["environment"]["GEMM_BUILD_DIR"] == "/kernel/build"
+    assert kw["labels"][gpu_test.LABEL_RUN] == "77-2"
+    assert (
+        "--no-bench"
+        in gpu_test.make_plan(run_args(tmp_path / "b", bench="false")).container_kwargs(tmp_path, [])["command"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda a: shutil.rmtree(a) or a, "--artifact: .* is not a directory"),
+        (lambda a: a.rename(a.with_name("torch213-cxx11-cpu-x86_64-linux")), "--artifact: .*not a ROCm variant"),
+        (lambda a: (a / "metadata.json").unlink() or a, "--artifact: .*no metadata.json"),
+        (lambda a: next(a.glob("*.so")).unlink() or a, "--artifact: .*no compiled .so"),
+    ],
+)
+def test_bad_artifact_is_named(tmp_path, mutate, message):
+    args = run_args(tmp_path)
+    args.artifact = mutate(args.artifact) or args.artifact
+    with pytest.raises(gpu_test.UsageError, match=message):
+        gpu_test.make_plan(args)
+
+
+@pytest.mark.parametrize("image", ["", "rocm/pytorch:tag@sha256:short", "Upper/Case:x", "a b"])
+def test_bad_image_is_named(tmp_path, image):
+    with pytest.raises(gpu_test.UsageError, match="--image"):
+        gpu_test.make_plan(run_args(tmp_path, image=image))
+
+
+def test_staging_copies_the_variant_alone_into_a_fresh_dir(tmp_path):
+    plan = gpu_test.make_plan(run_args(tmp_path))
+    gpu_test.stage_artifact(plan)
+    assert sorted(p.name for p in plan.staged.parent.iterdir()) == [VARIANT]
+    assert sorted(p.name for p in plan.staged.iterdir()) == sorted(p.name for p in plan.artifact.iterdir())
+    with pytest.raises(gpu_test.UsageError, match="--out: .* not empty"):
+        gpu_test.stage_artifact(plan)
+
+
+def test_pull_ref_prefers_the_digest():
+    assert gpu_test.pull_ref(IMAGE) == "rocm/pytorch@sha256:" + "ab" * 32
+    assert gpu_test.pull_ref("localhost:5000/img:t@sha256:" + "0" * 64) == "localhost:5000/img@sha256:" + "0" * 64
+    assert gpu_test.pull_ref("rocm/pytorch:tag") == "rocm/pytorch:tag"
+
+
+class FakeContainer:
+    def __init__(self, wait_result):
+        self.wait_result = wait_result
+        self.calls: list[str] = []
+
+    def logs(self, stream, follow):
+        yield b"hello from the container\n"
+
+    def wait(self, timeout):
+        self.calls.append(f"wait {timeout}")
+        if isinstance(self.wait_result, Exception):
+            raise self.wait_result
+        return self.wait_result
+
+    def kill(self):
+        self.calls.append("kill")
+
+    def remove(self, force):
+        self.calls.append(f"remove force={force}")
+
+
+class FakeClient:
+    def __init__(self, container):
+        self.container = container
+        self.run_kwargs = None
+        self.images = self
+        self.containers = self
+        self.pulled = []
+
+    def get(self, ref):
+        return object()
+
+    def pull(self, ref):
+        self.pulled.append(ref)
+
+    def run(self, **kwargs):
+        self.run_kwargs = kwargs
+        return self.container
+
+
+def test_container_removed_after_success(tmp_path):
+    plan = gpu_test.make_plan(run_args(tmp_path))
+    gpu_test.stage_artifact(plan)
+    container = FakeContainer({"StatusCode": 3})
+    client = FakeClient(container)
+    assert gpu_test.run_container(plan, client, tmp_path / "src") == 3
+    assert container.calls[-1] == "remove force=True"
+    assert client.run_kwargs["name"] == plan.container_name
+    assert plan.log.read_bytes() == b"hello from the container\n"
+
+
+def test_container_killed_and_removed_on_timeout(tmp_path):
+    plan = gpu_test.make_plan(run_args(tmp_path, timeout_min=0.01))
+    gpu_test.stage_artifact(plan)
+    container = FakeContainer(requests.exceptions.ReadTimeout("slow"))
+    with pytest.raises(gpu_test.GpuTestError, match="exceeded"):
+        gpu_test.run_container(plan, FakeClient(container), tmp_path / "src")
+    assert container.calls[-2:] == ["kill", "remove force=True"]
+
+
+def test_record_tests_writes_checks_tests(tmp_path, monkeypatch):
+    monkeypatch.setenv("RUNNER_NAME", "mi300x-07")
+    plan = gpu_test.make_plan(run_args(tmp_path))
+    gpu_test.stage_artifact(plan)
+    report = {"ok": True, "loader": {"ok": True}, "pytest": {"ok": True, "exit_code": 0}}
+    gpu_test.record_tests(plan, report)
+    meta = json.loads((plan.staged / "metadata.json").read_text())
+    assert meta["checks"]["tests"]["ok"] is True and meta["checks"]["tests"]["runner"] == "mi300x-07"
+    assert meta["checks"]["abi"] == {"ok": False}  # other checks untouched
+    assert meta["name"] == "gemm"
+    # the artifact that was downloaded is never modified
+    assert "tests" not in json.loads((plan.artifact / "metadata.json").read_text())["checks"]
+
+
+def test_run_refuses_a_checkout_with_a_build_tree(tmp_path):
+    src = tmp_path / "src"
+    (src / "build").mkdir(parents=True)
+    args = run_args(tmp_path, src=src)
+    with pytest.raises(gpu_test.UsageError, match="--src: .*build exists"):
+        gpu_test.cmd_run(args)
+
+
+def test_loader_check_against_the_built_variant(variant_dir, tmp_path):
+    """The check the container runs, here with this machine's torch and its own built variant."""
+    kdir = tmp_path / "kernel" / "build"
+    shutil.copytree(variant_dir, kdir / variant_dir.name)
+    info = gpu_test.loader_check(kdir, variant_dir.name)
+    assert info["ok"], info
+    assert Path(info["module"]).is_relative_to(kdir / variant_dir.name)
+    wrong = gpu_test.loader_check(kdir, VARIANT)
+    assert not wrong["ok"] and "must hold only" in wrong["error"]
+    # A variant for another torch is present but not what this interpreter's loader selects.
+    other = tmp_path / "other" / "build"
+    renamed = "torch29-cxx11-cpu-x86_64-linux" if "cpu" in variant_dir.name else "torch29-cxx11-rocm64-x86_64-linux"
+    shutil.copytree(variant_dir, other / renamed)
+    refused = gpu_test.loader_check(other, renamed)
+    assert not refused["ok"] and "loader selects None" in refused["error"]
+
+
+def test_inside_reports_failure_when_the_build_tree_is_visible(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "build").mkdir()
+    results = tmp_path / "results"
+    args = gpu_test.build_parser().parse_args(
+        ["inside", "--variant", VARIANT, "--kernel-dir", str(tmp_path / "k"), "--results", str(results)]
+    )
+    assert gpu_test.cmd_inside(args) == 1
+    report = json.loads((results / "report.json").read_text())
+    assert report["ok"] is False and "build is visible" in report["error"]
+
+
+def _fake_docker(tmp_path: Path, ps_output: str) -> Path:
+    """A stand-in `docker` CLI that records its arguments."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "docker.log"
+    script = bindir / "docker"
+    script.write_text(f'#!/bin/sh\necho "$@" >> "{log}"\nif [ "$1" = ps ]; then printf "%s" "{ps_output}"; fi\n')
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return log
+
+
+def test_cleanup_removes_this_runs_containers(tmp_path, monkeypatch, capsys):
+    log = _fake_docker(tmp_path, "c1 c2")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    monkeypatch.setenv("GITHUB_RUN_ID", "99")
+    monkeypatch.setenv("GITHUB_RUN_ATTEMPT", "1")
+    assert gpu_test.main(["cleanup"]) == 0
+    lines = log.read_text().splitlines()
+    assert lines[0] == f"ps -aq --filter label={gpu_test.LABEL_RUN}=99-1"
+    assert lines[1] == "rm -f c1 c2"
+    assert "2 container(s)" in capsys.readouterr().out
+
+
+def test_cleanup_without_docker_is_a_no_op(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_test.shutil, "which", lambda name: None)
+    assert gpu_test.main(["cleanup"]) == 0

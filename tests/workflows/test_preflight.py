@@ -1,0 +1,121 @@
+"""scripts.preflight on a recorded rocminfo output (two MI300X GPUs on a two-socket host)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from scripts import preflight
+
+SAMPLE = Path(__file__).parent / "data" / "rocminfo_mi300x_2gpu.txt"
+
+
+@pytest.fixture
+def text() -> str:
+    return SAMPLE.read_text()
+
+
+@pytest.fixture
+def dev_root(tmp_path) -> Path:
+    root = tmp_path / "dev"
+    (root / "dri").mkdir(parents=True)
+    (root / "kfd").touch()
+    return root
+
+
+def test_parse_agents(text):
+    agents = preflight.parse_rocminfo(text)
+    assert [a.device_type for a in agents] == ["CPU", "CPU", "GPU", "GPU"]
+    gpus = agents[2:]
+    assert {a.name for a in gpus} == {"gfx942"}  # not the nested ISA "Name:" line
+    assert {a.marketing_name for a in gpus} == {"AMD Instinct MI300X"}
+    assert {a.compute_units for a in gpus} == {304}
+    assert all(a.isas == ("gfx942",) for a in gpus)
+    assert agents[0].name.startswith("AMD EPYC") and agents[0].arch == ""
+
+
+def test_gpu_check_counts_matching_gpus(text):
+    agents = preflight.parse_rocminfo(text)
+    assert preflight.check_gpus(agents, "gfx942", 2).ok
+    short = preflight.check_gpus(agents, "gfx942", 3)
+    assert not short.ok and "at least 3 gfx942" in short.detail and "shows 2" in short.detail
+    wrong = preflight.check_gpus(agents, "gfx950", 1)
+    assert not wrong.ok and "gfx942" in wrong.detail  # names what it did see
+
+
+def test_other_arch_is_not_counted(text):
+    # One GPU reported as an MI250 (gfx90a): only one gfx942 remains.
+    first = text.index("  Name:                    gfx942")
+    mixed = text[:first] + text[first:].replace("gfx942", "gfx90a", 2)
+    agents = preflight.parse_rocminfo(mixed)
+    assert sorted(a.arch for a in agents if a.device_type == "GPU") == ["gfx90a", "gfx942"]
+    assert not preflight.check_gpus(agents, "gfx942", 2).ok
+
+
+def test_garbage_is_an_error():
+    with pytest.raises(ValueError, match="HSA Agents"):
+        preflight.parse_rocminfo("rocminfo: command failed\n")
+    with pytest.raises(ValueError, match="no agents"):
+        preflight.parse_rocminfo("==========\nHSA Agents\n==========\n")
+
+
+def test_devices_and_disk(tmp_path, dev_root):
+    assert preflight.check_devices(dev_root).ok
+    missing = preflight.check_devices(tmp_path / "nodev")
+    assert not missing.ok and "kfd" in missing.detail and "dri" in missing.detail
+    assert preflight.check_disk([tmp_path], 0).ok
+    low = preflight.check_disk([tmp_path / "not" / "yet"], 10**9)
+    assert not low.ok and "GiB free" in low.detail
+
+
+def test_main_passes_and_writes_json(tmp_path, dev_root):
+    out = tmp_path / "report" / "preflight.json"
+    argv = ["--rocminfo-file", str(SAMPLE), "--dev-root", str(dev_root), "--min-gpus", "2",
+            "--min-free-gb", "0", "--path", str(tmp_path), "--json", str(out)]  # fmt: skip
+    assert preflight.main(argv) == 0
+    report = json.loads(out.read_text())
+    assert report["ok"] and [c["name"] for c in report["checks"]] == ["rocminfo", "devices", "disk"]
+
+
+def test_main_fails_a_bad_runner(tmp_path, dev_root, capsys, monkeypatch):
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    argv = ["--rocminfo-file", str(SAMPLE), "--dev-root", str(dev_root), "--min-gpus", "8",
+            "--min-free-gb", "0", "--path", str(tmp_path)]  # fmt: skip
+    assert preflight.main(argv) == 1
+    out = capsys.readouterr().out
+    assert "preflight rocminfo: FAILED" in out and "::error title=preflight::" in out
+
+
+def test_missing_rocminfo_fails(tmp_path, dev_root, monkeypatch):
+    monkeypatch.setattr(preflight.shutil, "which", lambda name: None)
+    monkeypatch.setattr(preflight, "ROCMINFO_FALLBACK", tmp_path / "no-rocm" / "rocminfo")
+    argv = ["--dev-root", str(dev_root), "--min-free-gb", "0", "--path", str(tmp_path)]
+    assert preflight.main(argv) == 1
+
+
+def test_no_gpu_mode_checks_disk_only(tmp_path, capsys):
+    assert preflight.main(["--no-gpu", "--min-free-gb", "0", "--path", str(tmp_path)]) == 0
+    assert "rocminfo" not in capsys.readouterr().out
+
+
+def test_reclaim_only_on_github_hosted_runners():
+    check = preflight.reclaim_hosted_disk({"RUNNER_ENVIRONMENT": "self-hosted"})
+    assert check.ok and "nothing removed" in check.detail
+    assert "nothing removed" in preflight.reclaim_hosted_disk({}).detail
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--arch", "mi300x"], "--arch"),
+        (["--min-gpus", "0"], "--min-gpus"),
+        (["--min-free-gb", "-1"], "--min-free-gb"),
+    ],
+)
+def test_bad_arguments_name_the_argument(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        preflight.main(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
