@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 # Preferred benchmark columns, in order; other scalar keys follow (up to MAX_BENCH_COLUMNS).
-_BENCH_PREFERRED = ("run", "variant", "device", "backend", "layout", "m", "n", "k", "M", "N", "K",
-                    "time_us", "us", "ms", "tflops", "TFLOPS", "speedup", "baseline")
-MAX_BENCH_COLUMNS = 10
+_BENCH_PREFERRED = ("run", "platform", "variant", "device", "backend", "layout", "impl", "m", "n", "k",
+                    "M", "N", "K", "time_us", "us", "ms", "tflops", "TFLOPS", "pct_sol", "speedup", "baseline")
+MAX_BENCH_COLUMNS = 12
+OURS = "gemm"  # the impl name of this kernel in benchmark records
 MAX_BENCH_ROWS = 60
 
 
@@ -47,6 +48,9 @@ def load_benchmarks(results_dir: Path) -> list[dict[str, Any]]:
         except (OSError, ValueError):
             continue
         run = path.parent.name
+        if isinstance(data, dict) and str(data.get("schema", "")).startswith("gemm-bench/"):
+            rows += _gemm_bench_rows(data)
+            continue
         if isinstance(data, dict) and isinstance(data.get("results"), list):
             common = {k: v for k, v in data.items() if _is_scalar(v)}
             records = [{**common, **r} for r in data["results"] if isinstance(r, dict)]
@@ -60,6 +64,21 @@ def load_benchmarks(results_dir: Path) -> list[dict[str, Any]]:
             flat = {k: v for k, v in record.items() if _is_scalar(v)}
             if flat:
                 rows.append({"run": run, **flat})
+    return rows
+
+
+def _gemm_bench_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """benchmarks/ results (schema gemm-bench/1): our impl's records, with the ratio_vs_<peer> columns
+    (peer time / our time: above 1 we are faster)."""
+    records = [r for r in doc.get("records") or [] if isinstance(r, dict)]
+    ours = [r for r in records if r.get("impl") == OURS] or records
+    rows = []
+    for r in ours:
+        row = {"platform": doc.get("platform"), "layout": r.get("layout"), "impl": r.get("impl"),
+               "m": r.get("m"), "n": r.get("n"), "k": r.get("k"), "us": r.get("us"),
+               "tflops": r.get("tflops"), "pct_sol": r.get("pct_sol")}
+        row.update({k: v for k, v in sorted(r.items()) if k.startswith("ratio_vs_") and _is_scalar(v)})
+        rows.append(row)
     return rows
 
 
@@ -128,9 +147,9 @@ tags:
 
 An FP8 GEMM with per-block scaling (blocks of 128 along K, DeepSeek-V3 style) for AMD Instinct
 MI300X (gfx942), with Hopper (sm_90a) and CPU variants, loadable with the Hugging Face
-[`kernels`](https://github.com/huggingface/kernels) library. Every variant published here passed the
-ABI check (manylinux_2_28, Python limited API 3.9), a loader check and a smoke call before upload,
-and its files are listed with their sha256 in `metadata.json` (`digest`).
+[`kernels`](https://github.com/huggingface/kernels) library. A variant is published only after the ABI check (manylinux_2_28, Python limited API 3.9),
+a loader check and a smoke call (the table below lists the checks each one passed), and each
+variant's `metadata.json` lists the sha256 of every file (`digest`), checked again after upload.
 
 ## Usage
 

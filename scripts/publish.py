@@ -205,20 +205,52 @@ def release_refusals(variants: list[LocalVariant], general: dict[str, Any] | Non
 # ---------------------------------------------------------------------------------------------
 # Hub side
 # ---------------------------------------------------------------------------------------------
-def resolve_token(repo_id: str | None, endpoint: str | None) -> str | None:
-    """HF_TOKEN, else a trusted-publishing (OIDC) token in CI, else None. Never the stored login."""
+def resolve_token(endpoint: str | None) -> str | None:
+    """HF_TOKEN, else a trusted-publishing token when HF_OIDC_RESOURCE opts in (CI), else None.
+
+    Never the login stored on the machine. Trusted publishing: the CI job (GitHub Actions with
+    `permissions: id-token: write`, or HF_OIDC_ID_TOKEN set) exchanges its OIDC id token at the Hub
+    for a short-lived token scoped to HF_OIDC_RESOURCE (e.g. `kernels/ORG/gemm`).
+    """
     token = (os.environ.get("HF_TOKEN") or "").strip()
     if token:
         return token
-    oidc_resource = os.environ.get("HF_OIDC_RESOURCE")
-    in_gha = os.environ.get("GITHUB_ACTIONS") == "true" and os.environ.get("ACTIONS_ID_TOKEN_REQUEST_URL")
-    if oidc_resource or (in_gha and repo_id):
-        from huggingface_hub._oidc import oidc_login  # trusted publishing (huggingface_hub >= 2.x)
+    resource = (os.environ.get("HF_OIDC_RESOURCE") or "").strip()
+    if resource:
+        from huggingface_hub._oidc import oidc_login  # the exchange huggingface_hub's own get_token uses
 
-        result = oidc_login(resource=oidc_resource or f"kernels/{repo_id}",
-                            subject_token=os.environ.get("HF_OIDC_ID_TOKEN") or None, endpoint=endpoint)
+        result = oidc_login(resource=resource, subject_token=os.environ.get("HF_OIDC_ID_TOKEN") or None,
+                            endpoint=endpoint)
         return result["access_token"]
     return None
+
+
+class _TokenEnvironment:
+    """While publishing, make huggingface_hub's implicit token lookup return our token.
+
+    Some of its calls resolve the implicit token even when given one (e.g. the LFS batch request
+    builds headers with token=None); with HF_OIDC_RESOURCE set that would run a second OIDC
+    exchange against the default endpoint. The environment is restored afterwards.
+    """
+
+    def __init__(self, token: str | None):
+        self.token = token
+        self.saved: dict[str, str | None] = {}
+
+    def __enter__(self):
+        if self.token:
+            for name in ("HF_TOKEN", "HF_OIDC_RESOURCE"):
+                self.saved[name] = os.environ.get(name)
+            os.environ["HF_TOKEN"] = self.token
+            os.environ.pop("HF_OIDC_RESOURCE", None)
+        return self
+
+    def __exit__(self, *exc):
+        for name, value in self.saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _status(e: BaseException) -> int | None:
@@ -714,7 +746,7 @@ def main(argv: list[str] | None = None, log: Callable[[str], None] = print) -> i
         repo_id = args.repo or ((general or {}).get("hub") or {}).get("repo-id")
         variants = discover_variants(args.build_dir)
         release_problems = release_refusals(variants, general, toml_path, tag)
-        token = resolve_token(repo_id, args.endpoint)
+        token = (os.environ.get("HF_TOKEN") or "").strip() or None if args.dry_run else resolve_token(args.endpoint)
         plan_only = args.dry_run or token is None
         notes: list[str] = []
         if repo_id is None:
@@ -722,9 +754,11 @@ def main(argv: list[str] | None = None, log: Callable[[str], None] = print) -> i
                 raise PublishError("no repository: pass --repo ORG/NAME (or set [general.hub] repo-id in build.toml)")
             notes.append("no --repo given: planned against an empty repository")
         api = HfApi(endpoint=args.endpoint, token=token if token else False, library_name="gemm-publish")
-        hub = Hub(api, repo_id, retries=args.retries, base_delay=args.retry_delay, log=log) if repo_id else None
+        # A plan is a courtesy: do not spend half a minute retrying an unreachable Hub for it.
+        retries = min(args.retries, 1) if plan_only else args.retries
+        hub = Hub(api, repo_id, retries=retries, base_delay=args.retry_delay, log=log) if repo_id else None
 
-        with tempfile.TemporaryDirectory(prefix="gemm-publish-") as cache_dir:
+        with tempfile.TemporaryDirectory(prefix="gemm-publish-") as cache_dir, _TokenEnvironment(token):
             try:
                 plan = make_plan(hub, variants, release_problems, bench_dir, bench_dir / "results",
                                  cache_dir, notes)

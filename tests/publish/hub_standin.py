@@ -99,6 +99,8 @@ class HubStandin:
         self.faults: list[Fault] = []
         self.before: dict[str, callable] = {}
         self.approval_pending: set[str] = set()  # namespaces whose kernel repos await approval
+        self.oidc_exchanges: list[dict] = []  # trusted-publishing token exchanges seen
+        self.oidc_token = next((t for t, u in self.tokens.items() if u.get("write")), None)
         self.lock = threading.RLock()
         self._counter = 0
         self._server: ThreadingHTTPServer | None = None
@@ -315,6 +317,14 @@ class _Handler(BaseHTTPRequestHandler):
             raise HttpError(401, "Invalid credentials in Authorization header")
         return 200, {"type": "user", "name": user["user"], "auth": {"accessToken": {"role": "write" if user.get("write") else "read"}}}, {}
 
+    def _h_oauth_token(self, method, args, query, body):
+        """RFC 8693 token exchange (HF trusted publishing): any id token gets the write token."""
+        payload = json.loads(body or b"{}")
+        self.hub.oidc_exchanges.append({"resource": payload.get("resource"), "subject_token": payload.get("subject_token")})
+        if payload.get("grant_type") != "urn:ietf:params:oauth:grant-type:token-exchange" or not payload.get("subject_token"):
+            raise HttpError(400, "invalid token exchange request")
+        return 200, {"access_token": self.hub.oidc_token, "token_type": "bearer", "expires_in": 3600}, {}
+
     def _h_validate_yaml(self, method, args, query, body):
         return 200, {"errors": [], "warnings": []}, {}
 
@@ -470,6 +480,8 @@ def _route(method: str, segs: list[str]) -> tuple[str, dict]:
     """Map a request path to (route name, arguments)."""
     if segs[:2] == ["api", "whoami-v2"]:
         return "whoami", {}
+    if segs == ["oauth", "token"] and method == "POST":
+        return "oauth_token", {}
     if segs[:2] == ["api", "validate-yaml"]:
         return "validate_yaml", {}
     if segs[:3] == ["api", "repos", "create"] and method == "POST":

@@ -25,8 +25,13 @@ def test_first_publish(hub, project, run_publish):
     project.variant(ROCM, ops="_gemm_rocm_abc1234")
     results = project.root / "benchmarks" / "results" / "mi300x"
     results.mkdir(parents=True)
-    (results / "gemm.json").write_text(json.dumps(
-        {"device": "MI300X", "results": [{"m": 1024, "n": 1536, "k": 7168, "tflops": 812.5}]}))
+    record = {"m": 1024, "n": 1536, "k": 7168, "layout": "seed", "us": 26.4, "us_min": 26.0, "us_max": 27.1,
+              "reps": 50, "tflops": 812.5, "pct_sol": 31.2, "max_abs_err": 0.0, "rel_err": 0.0}
+    (results / f"{ROCM}.json").write_text(json.dumps({
+        "schema": "gemm-bench/1", "platform": "MI300X", "variant": ROCM, "date": "2026-12-02", "env": {},
+        "config": {}, "sol": None, "impls": {"gemm": {}, "torch": {}}, "refused": [],
+        "records": [{**record, "impl": "gemm", "ratio_vs_torch": 3.75},
+                    {**record, "impl": "torch", "us": 99.0, "tflops": 216.7}]}))
 
     rc, out = run_publish()
     assert rc == 0, out
@@ -47,7 +52,8 @@ def test_first_publish(hub, project, run_publish):
     card = hub.files(REPO, "main")["README.md"].decode()
     assert f'get_kernel("{REPO}", version=1)' in card and "gemm_natural(" in card
     assert f"`{CPU}`" in card and f"`{ROCM}`" in card and "gfx942" in card
-    assert "812.5" in card and "MI300X" in card
+    assert "| MI300X | seed | gemm | 1024 | 1536 | 7168 | 26.4 | 812.5 | 31.2 | 3.75 |" in card
+    assert "216.7" not in card  # peers appear as ratios, not rows
     assert "README.md" not in hub.files(REPO, "v1") or hub.files(REPO, "v1")["README.md"] != card.encode()
 
 
@@ -289,3 +295,30 @@ def test_bad_arguments_name_the_argument(project, run_publish, tmp_path):
         publish.main(["--build-dir", str(project.build), "--repo", "not-a-repo"])
     rc = publish.main(["--build-dir", str(tmp_path / "missing")], log=lambda s: None)
     assert rc == 1
+
+
+def test_benchmark_reader_is_tolerant(tmp_path):
+    from scripts.kernel_card import load_benchmarks, render_card
+
+    assert load_benchmarks(tmp_path / "absent") == []
+    (tmp_path / "r" / "box").mkdir(parents=True)
+    (tmp_path / "r" / "box" / "broken.json").write_text("{not json")
+    (tmp_path / "r" / "box" / "other.json").write_text(json.dumps([{"shape": "64x64x128", "ms": 0.5}]))
+    rows = load_benchmarks(tmp_path / "r")
+    assert rows == [{"run": "box", "shape": "64x64x128", "ms": 0.5}]
+    card = render_card(REPO, 1, {}, rows)
+    assert "| run | ms | shape |\n|---|---|---|\n| box | 0.5 | 64x64x128 |" in card
+    assert "No variants are published yet." in card
+
+
+def test_trusted_publishing_token(hub, project, run_publish, monkeypatch):
+    """No HF_TOKEN, but HF trusted publishing (OIDC exchange at the Hub) provides one."""
+    project.variant(CPU)
+    monkeypatch.setenv("HF_OIDC_RESOURCE", f"kernels/{REPO}")
+    monkeypatch.setenv("HF_OIDC_ID_TOKEN", "ci-issued-id-token")
+    rc, out = run_publish(token=None)
+    assert rc == 0, out
+    assert hub.oidc_exchanges == [{"resource": f"kernels/{REPO}", "subject_token": "ci-issued-id-token"}]
+    assert os.environ.get("HF_OIDC_RESOURCE") == f"kernels/{REPO}" and "HF_TOKEN" not in os.environ
+    assert branch_files(hub) == project.local_files(CPU)
+    assert WRITE_TOKEN not in out
