@@ -14,8 +14,29 @@ from pathlib import Path
 from typing import Any
 
 # Preferred benchmark columns, in order; other scalar keys follow (up to MAX_BENCH_COLUMNS).
-_BENCH_PREFERRED = ("run", "platform", "variant", "device", "backend", "layout", "impl", "m", "n", "k",
-                    "M", "N", "K", "time_us", "us", "ms", "tflops", "TFLOPS", "pct_sol", "speedup", "baseline")
+_BENCH_PREFERRED = (
+    "run",
+    "platform",
+    "variant",
+    "device",
+    "backend",
+    "layout",
+    "impl",
+    "m",
+    "n",
+    "k",
+    "M",
+    "N",
+    "K",
+    "time_us",
+    "us",
+    "ms",
+    "tflops",
+    "TFLOPS",
+    "pct_sol",
+    "speedup",
+    "baseline",
+)
 MAX_BENCH_COLUMNS = 12
 OURS = "gemm"  # the impl name of this kernel in benchmark records
 MAX_BENCH_ROWS = 60
@@ -74,9 +95,17 @@ def _gemm_bench_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     ours = [r for r in records if r.get("impl") == OURS] or records
     rows = []
     for r in ours:
-        row = {"platform": doc.get("platform"), "layout": r.get("layout"), "impl": r.get("impl"),
-               "m": r.get("m"), "n": r.get("n"), "k": r.get("k"), "us": r.get("us"),
-               "tflops": r.get("tflops"), "pct_sol": r.get("pct_sol")}
+        row = {
+            "platform": doc.get("platform"),
+            "layout": r.get("layout"),
+            "impl": r.get("impl"),
+            "m": r.get("m"),
+            "n": r.get("n"),
+            "k": r.get("k"),
+            "us": r.get("us"),
+            "tflops": r.get("tflops"),
+            "pct_sol": r.get("pct_sol"),
+        }
         row.update({k: v for k, v in sorted(r.items()) if k.startswith("ratio_vs_") and _is_scalar(v)})
         rows.append(row)
     return rows
@@ -126,15 +155,34 @@ def _variant_row(name: str, meta: dict[str, Any]) -> list[Any]:
     ]
 
 
-def render_card(repo_id: str, version: int, variants: dict[str, dict[str, Any]],
-                bench_rows: list[dict[str, Any]] | None = None, license_id: str | None = None) -> str:
+def render_card(
+    repo_id: str,
+    version: int,
+    variants: dict[str, dict[str, Any]],
+    bench_rows: list[dict[str, Any]] | None = None,
+    license_id: str | None = None,
+) -> str:
     """Markdown for README.md. `variants` maps a variant name to its metadata.json contents."""
     license_id = license_id or next((m.get("license") for m in variants.values() if m.get("license")), "apache-2.0")
     variant_rows = [_variant_row(name, variants[name]) for name in sorted(variants)]
-    variant_table = _table(
-        ["variant", "backend", "archs", "torch", "compiler", "ABI", "checks passed", "source commit", "builder image"],
-        variant_rows,
-    ) if variant_rows else "No variants are published yet."
+    variant_table = (
+        _table(
+            [
+                "variant",
+                "backend",
+                "archs",
+                "torch",
+                "compiler",
+                "ABI",
+                "checks passed",
+                "source commit",
+                "builder image",
+            ],
+            variant_rows,
+        )
+        if variant_rows
+        else "No variants are published yet."
+    )
     return f"""---
 license: {license_id.lower()}
 tags:
@@ -147,9 +195,10 @@ tags:
 
 An FP8 GEMM with per-block scaling (blocks of 128 along K, DeepSeek-V3 style) for AMD Instinct
 MI300X (gfx942), with Hopper (sm_90a) and CPU variants, loadable with the Hugging Face
-[`kernels`](https://github.com/huggingface/kernels) library. A variant is published only after the ABI check (manylinux_2_28, Python limited API 3.9),
-a loader check and a smoke call (the table below lists the checks each one passed), and each
-variant's `metadata.json` lists the sha256 of every file (`digest`), checked again after upload.
+[`kernels`](https://github.com/huggingface/kernels) library. A variant is published only after the
+ABI check (manylinux_2_28, Python limited API 3.9), a loader check and a smoke call (the table below
+lists the checks each one passed), and each variant's `metadata.json` lists the sha256 of every
+file (`digest`), checked again after upload.
 
 ## Usage
 

@@ -136,8 +136,10 @@ def verify_local_variant(variant_dir: Path) -> dict[str, Any]:
         parsed.digest.validate(actual)
     except kernels_data.DigestValidationError as e:
         details = "; ".join(str(v) for v in e.violations)
-        raise PublishError(f"{variant_dir.name}: files do not match the metadata digest ({details}); "
-                           "the build is incomplete or was modified: rebuild it") from e
+        raise PublishError(
+            f"{variant_dir.name}: files do not match the metadata digest ({details}); "
+            "the build is incomplete or was modified: rebuild it"
+        ) from e
     return json.loads(meta_path.read_text())
 
 
@@ -169,8 +171,9 @@ def read_build_toml(path: Path) -> dict[str, Any] | None:
         return tomllib.load(f).get("general", {})
 
 
-def release_refusals(variants: list[LocalVariant], general: dict[str, Any] | None, toml_path: Path,
-                     tag: str | None) -> list[str]:
+def release_refusals(
+    variants: list[LocalVariant], general: dict[str, Any] | None, toml_path: Path, tag: str | None
+) -> list[str]:
     """Fill each variant's refusals; return release-wide refusals."""
     release: list[str] = []
     if general is None:
@@ -219,8 +222,9 @@ def resolve_token(endpoint: str | None) -> str | None:
     if resource:
         from huggingface_hub._oidc import oidc_login  # the exchange huggingface_hub's own get_token uses
 
-        result = oidc_login(resource=resource, subject_token=os.environ.get("HF_OIDC_ID_TOKEN") or None,
-                            endpoint=endpoint)
+        result = oidc_login(
+            resource=resource, subject_token=os.environ.get("HF_OIDC_ID_TOKEN") or None, endpoint=endpoint
+        )
         return result["access_token"]
     return None
 
@@ -270,8 +274,15 @@ def _retry_after(e: BaseException) -> float | None:
 class Hub:
     """HfApi calls with retries on transient errors (429, 5xx, connection errors)."""
 
-    def __init__(self, api: HfApi, repo_id: str, retries: int = 5, base_delay: float = 1.0,
-                 max_delay: float = 60.0, log: Callable[[str], None] = print):
+    def __init__(
+        self,
+        api: HfApi,
+        repo_id: str,
+        retries: int = 5,
+        base_delay: float = 1.0,
+        max_delay: float = 60.0,
+        log: Callable[[str], None] = print,
+    ):
         self.api, self.repo_id = api, repo_id
         self.retries, self.base_delay, self.max_delay, self.log = retries, base_delay, max_delay, log
 
@@ -286,11 +297,13 @@ class Hub:
                 if not transient or attempt >= self.retries:
                     raise
                 delay = _retry_after(e)
-                delay = self.base_delay * 2 ** attempt if delay is None else delay
+                delay = self.base_delay * 2**attempt if delay is None else delay
                 delay = min(delay, self.max_delay)
                 attempt += 1
-                self.log(f"  {what}: {'HTTP ' + str(status) if status else type(e).__name__}, "
-                         f"retry {attempt}/{self.retries} in {delay:g}s")
+                self.log(
+                    f"  {what}: {'HTTP ' + str(status) if status else type(e).__name__}, "
+                    f"retry {attempt}/{self.retries} in {delay:g}s"
+                )
                 time.sleep(delay)
 
     # convenience wrappers -------------------------------------------------------------------
@@ -303,14 +316,23 @@ class Hub:
         return {b.name: b.target_commit for b in refs.branches}
 
     def tree(self, revision: str) -> dict[str, RepoFile]:
-        entries = self.call("list files", lambda: list(self.api.list_repo_tree(
-            self.repo_id, repo_type=REPO_TYPE, revision=revision, recursive=True)))
+        entries = self.call(
+            "list files",
+            lambda: list(self.api.list_repo_tree(self.repo_id, repo_type=REPO_TYPE, revision=revision, recursive=True)),
+        )
         return {e.path: e for e in entries if isinstance(e, RepoFile)}
 
     def read_file(self, path: str, revision: str, cache_dir: str) -> bytes | None:
         try:
-            local = self.call(f"download {path}", self.api.hf_hub_download, self.repo_id, path,
-                              repo_type=REPO_TYPE, revision=revision, cache_dir=cache_dir)
+            local = self.call(
+                f"download {path}",
+                self.api.hf_hub_download,
+                self.repo_id,
+                path,
+                repo_type=REPO_TYPE,
+                revision=revision,
+                cache_dir=cache_dir,
+            )
         except (EntryNotFoundError, RevisionNotFoundError):
             return None
         return Path(local).read_bytes()
@@ -381,16 +403,20 @@ class Plan:
 
     def operations(self) -> list[CommitOperationAdd | CommitOperationDelete]:
         ops: list[CommitOperationAdd | CommitOperationDelete] = [
-            CommitOperationAdd(path_in_repo=p, path_or_fileobj=str(f.path)) for p, f in self.adds]
+            CommitOperationAdd(path_in_repo=p, path_or_fileobj=str(f.path)) for p, f in self.adds
+        ]
         ops += [CommitOperationDelete(path_in_repo=p, is_folder=False) for p in self.deletes]
         return ops
 
 
 def _variant_plan(v: LocalVariant, remote: dict[str, RepoFile], remote_meta: dict[str, Any] | None) -> VariantPlan:
     prefix = f"build/{v.name}/"
-    remote_here = {p[len(prefix):]: f for p, f in remote.items() if p.startswith(prefix)}
-    if remote_meta is not None and remote_meta.get("digest") == v.meta.get("digest") \
-            and set(remote_here) == set(v.files):
+    remote_here = {p[len(prefix) :]: f for p, f in remote.items() if p.startswith(prefix)}
+    if (
+        remote_meta is not None
+        and remote_meta.get("digest") == v.meta.get("digest")
+        and set(remote_here) == set(v.files)
+    ):
         return VariantPlan(v.name, "skip", unchanged=len(v.files), reason="digest matches the branch")
     plan = VariantPlan(v.name, "update" if remote_here else "new")
     for rel, f in v.files.items():
@@ -411,17 +437,25 @@ def _benchmarks(bench_dir: Path | None, remote: dict[str, RepoFile], new_branch:
     adds = [(f"benchmarks/{n}", f) for n, f in local.items() if not f.same_as(remote.get(f"benchmarks/{n}"))]
     deletes = []
     for path in sorted(remote):
-        if not path.startswith("benchmarks/") or path[len("benchmarks/"):] in local:
+        if not path.startswith("benchmarks/") or path[len("benchmarks/") :] in local:
             continue
         name = path.rsplit("/", 1)[-1]
-        if new_branch or ("/" not in path[len("benchmarks/"):] and name.startswith("benchmark") and name.endswith(".py")):
+        if new_branch or (
+            "/" not in path[len("benchmarks/") :] and name.startswith("benchmark") and name.endswith(".py")
+        ):
             deletes.append(path)
     return adds, deletes
 
 
-def make_plan(hub: Hub | None, variants: list[LocalVariant], release_problems: list[str],
-              bench_dir: Path | None, results_dir: Path | None, cache_dir: str,
-              notes: list[str]) -> Plan:
+def make_plan(
+    hub: Hub | None,
+    variants: list[LocalVariant],
+    release_problems: list[str],
+    bench_dir: Path | None,
+    results_dir: Path | None,
+    cache_dir: str,
+    notes: list[str],
+) -> Plan:
     versions = sorted({v.version for v in variants})
     if len(versions) != 1:
         raise PublishError(f"variants disagree on the version ({versions}); publish one version at a time")
@@ -455,8 +489,11 @@ def make_plan(hub: Hub | None, variants: list[LocalVariant], release_problems: l
     remote_variants = sorted({p.split("/")[1] for p in remote if p.startswith("build/") and p.count("/") >= 2})
     kept: dict[str, dict[str, Any]] = {}
     if new_branch:  # a new version branch holds only this release (like kernel-builder upload)
-        stale = [p for p in sorted(remote) if p.startswith("build/")
-                 and not any(p.startswith(f"build/{n}/") for n in local_names)]
+        stale = [
+            p
+            for p in sorted(remote)
+            if p.startswith("build/") and not any(p.startswith(f"build/{n}/") for n in local_names)
+        ]
         if stale:
             plans.append(VariantPlan("(not in this release)", "update", deletes=stale))
     else:
@@ -466,30 +503,50 @@ def make_plan(hub: Hub | None, variants: list[LocalVariant], release_problems: l
     bench_adds, bench_deletes = _benchmarks(bench_dir, remote, new_branch)
 
     card_variants = {**kept, **{v.name: v.meta for v in variants}}
-    card = render_card(repo_id, version, card_variants,
-                       load_benchmarks(results_dir) if results_dir else []).encode()
+    card = render_card(repo_id, version, card_variants, load_benchmarks(results_dir) if results_dir else []).encode()
     card_action = "add"
     if hub is not None and MAIN in heads:
         current = hub.read_file("README.md", heads[MAIN], cache_dir)
         card_action = "unchanged" if current == card else ("update" if current is not None else "add")
 
     refusals = list(release_problems) + [f"{v.name}: {r}" for v in variants for r in v.refusals]
-    return Plan(repo_id, branch, version, repo_exists, heads, plans, kept, bench_adds, bench_deletes,
-                card, card_action, refusals, notes)
+    return Plan(
+        repo_id,
+        branch,
+        version,
+        repo_exists,
+        heads,
+        plans,
+        kept,
+        bench_adds,
+        bench_deletes,
+        card,
+        card_action,
+        refusals,
+        notes,
+    )
 
 
 def format_plan(plan: Plan, max_ops: int) -> str:
-    lines = [f"Release gemm v{plan.version} -> kernels/{plan.repo_id}, branch {plan.branch} "
-             + (f"(new; from main {plan.heads[MAIN][:8]})" if plan.new_branch and MAIN in plan.heads
-                else "(new)" if plan.new_branch else f"(at {plan.branch_head[:8]})")]
+    lines = [
+        f"Release gemm v{plan.version} -> kernels/{plan.repo_id}, branch {plan.branch} "
+        + (
+            f"(new; from main {plan.heads[MAIN][:8]})"
+            if plan.new_branch and MAIN in plan.heads
+            else "(new)"
+            if plan.new_branch
+            else f"(at {plan.branch_head[:8]})"
+        )
+    ]
     for note in plan.notes:
         lines.append(f"  note: {note}")
     for v in plan.variants:
         if v.action == "skip":
             lines.append(f"  {v.name}: skip ({v.reason}; {v.unchanged} files)")
             continue
-        lines.append(f"  {v.name}: {v.action}: {len(v.adds)} add(s), {len(v.deletes)} delete(s), "
-                     f"{v.unchanged} unchanged")
+        lines.append(
+            f"  {v.name}: {v.action}: {len(v.adds)} add(s), {len(v.deletes)} delete(s), {v.unchanged} unchanged"
+        )
         lines += [f"    + {p} ({f.path.stat().st_size} bytes)" for p, f in v.adds]
         lines += [f"    - {p}" for p in v.deletes]
     for name in sorted(plan.kept):
@@ -503,8 +560,10 @@ def format_plan(plan: Plan, max_ops: int) -> str:
         lines.append(f"  {plan.branch}: nothing to commit")
     elif plan.new_branch or n > max_ops:
         k = -(-n // max_ops)
-        lines.append(f"  {plan.branch}: {n} operation(s) in {k} commit(s) on a side branch, verified, "
-                     f"then {'created as' if plan.new_branch else 'moved to'} {plan.branch}")
+        lines.append(
+            f"  {plan.branch}: {n} operation(s) in {k} commit(s) on a side branch, verified, "
+            f"then {'created as' if plan.new_branch else 'moved to'} {plan.branch}"
+        )
     else:
         lines.append(f"  {plan.branch}: {n} operation(s) in one commit (parent {plan.branch_head[:8]})")
     for r in plan.refusals:
@@ -516,8 +575,16 @@ def format_plan(plan: Plan, max_ops: int) -> str:
 # Execution
 # ---------------------------------------------------------------------------------------------
 class Publisher:
-    def __init__(self, hub: Hub, plan: Plan, variants: list[LocalVariant], max_ops: int,
-                 message: str, description: str, cache_dir: str):
+    def __init__(
+        self,
+        hub: Hub,
+        plan: Plan,
+        variants: list[LocalVariant],
+        max_ops: int,
+        message: str,
+        description: str,
+        cache_dir: str,
+    ):
         self.hub, self.plan, self.max_ops = hub, plan, max_ops
         self.local = {v.name: v for v in variants}
         self.message, self.description, self.cache_dir = message, description, cache_dir
@@ -532,9 +599,15 @@ class Publisher:
         hub, attempt, retried = self.hub, 0, False
         while True:
             try:
-                info = self.api.create_commit(self.plan.repo_id, ops, commit_message=message,
-                                              commit_description=self.description, repo_type=REPO_TYPE,
-                                              revision=revision, parent_commit=parent)
+                info = self.api.create_commit(
+                    self.plan.repo_id,
+                    ops,
+                    commit_message=message,
+                    commit_description=self.description,
+                    repo_type=REPO_TYPE,
+                    revision=revision,
+                    parent_commit=parent,
+                )
                 return info.oid
             except (HfHubHTTPError, httpx2.TransportError) as e:
                 status = _status(e)
@@ -546,15 +619,18 @@ class Publisher:
                             return head
                     raise ConcurrentPublishError(
                         f"branch {revision} moved since {parent[:8]} (another publish?); nothing was "
-                        f"committed by this run: re-run to publish on top of the new head") from e
+                        f"committed by this run: re-run to publish on top of the new head"
+                    ) from e
                 transient = status in RETRY_STATUS or (status is None and isinstance(e, httpx2.TransportError))
                 if not transient or attempt >= hub.retries:
                     raise
                 delay = _retry_after(e)
-                delay = min(hub.base_delay * 2 ** attempt if delay is None else delay, hub.max_delay)
+                delay = min(hub.base_delay * 2**attempt if delay is None else delay, hub.max_delay)
                 attempt, retried = attempt + 1, True
-                self.log(f"  commit: {'HTTP ' + str(status) if status else type(e).__name__}, "
-                         f"retry {attempt}/{hub.retries} in {delay:g}s")
+                self.log(
+                    f"  commit: {'HTTP ' + str(status) if status else type(e).__name__}, "
+                    f"retry {attempt}/{hub.retries} in {delay:g}s"
+                )
                 time.sleep(delay)
 
     def _holds(self, revision: str, ops: list) -> bool:
@@ -583,12 +659,17 @@ class Publisher:
                 problems.append(f"{v.name}: metadata.json missing after upload")
             elif meta.get("digest") != v.meta.get("digest"):
                 problems.append(f"{v.name}: published digest differs from the local build")
-            remote = {p[len(prefix):]: f for p, f in tree.items() if p.startswith(prefix)}
+            remote = {p[len(prefix) :]: f for p, f in tree.items() if p.startswith(prefix)}
             if set(remote) != set(v.files):
-                problems.append(f"{v.name}: published files differ: missing {sorted(set(v.files) - set(remote))}, "
-                                f"extra {sorted(set(remote) - set(v.files))}")
-            problems += [f"{v.name}: {rel} differs from the local file"
-                         for rel, f in v.files.items() if rel in remote and not f.same_as(remote[rel])]
+                problems.append(
+                    f"{v.name}: published files differ: missing {sorted(set(v.files) - set(remote))}, "
+                    f"extra {sorted(set(remote) - set(v.files))}"
+                )
+            problems += [
+                f"{v.name}: {rel} differs from the local file"
+                for rel, f in v.files.items()
+                if rel in remote and not f.same_as(remote[rel])
+            ]
         problems += [f"{p} differs after upload" for p, f in self.plan.bench_adds if not f.same_as(tree.get(p))]
         if problems:
             raise PublishError(f"verification of {revision[:8]} failed:\n  " + "\n  ".join(problems))
@@ -598,8 +679,14 @@ class Publisher:
         plan = self.plan
         ops = plan.operations()
         if not ops and plan.new_branch:  # main already holds exactly this release
-            self.hub.call("create branch", self.api.create_branch, plan.repo_id, branch=plan.branch,
-                          revision=plan.base, repo_type=REPO_TYPE)
+            self.hub.call(
+                "create branch",
+                self.api.create_branch,
+                plan.repo_id,
+                branch=plan.branch,
+                revision=plan.base,
+                repo_type=REPO_TYPE,
+            )
             return plan.base
         if not ops:
             self.log(f"{plan.branch}: nothing to commit (unchanged re-release)")
@@ -608,8 +695,15 @@ class Publisher:
             return self._staged(ops)
         adds = [op for op in ops if isinstance(op, CommitOperationAdd)]
         self.log(f"uploading {len(adds)} file(s) to {plan.branch} ...")
-        self.hub.call("upload", self.api.preupload_lfs_files, plan.repo_id, additions=adds,
-                      repo_type=REPO_TYPE, revision=plan.branch, free_memory=False)
+        self.hub.call(
+            "upload",
+            self.api.preupload_lfs_files,
+            plan.repo_id,
+            additions=adds,
+            repo_type=REPO_TYPE,
+            revision=plan.branch,
+            free_memory=False,
+        )
         oid = self._commit(plan.branch, ops, plan.branch_head, self.message)
         self.log(f"committed {oid[:8]} to {plan.branch} ({len(ops)} operation(s))")
         self.verify(oid)
@@ -618,15 +712,28 @@ class Publisher:
     def _staged(self, ops: list) -> str:
         plan, hub = self.plan, self.hub
         side = f"{plan.branch}-publish-{uuid.uuid4().hex[:8]}"
-        chunks = [ops[i:i + self.max_ops] for i in range(0, len(ops), self.max_ops)]
+        chunks = [ops[i : i + self.max_ops] for i in range(0, len(ops), self.max_ops)]
         self.log(f"staging {len(ops)} operation(s) in {len(chunks)} commit(s) on side branch {side}")
-        hub.call("create side branch", self.api.create_branch, plan.repo_id, branch=side,
-                 revision=plan.base, repo_type=REPO_TYPE)
+        hub.call(
+            "create side branch",
+            self.api.create_branch,
+            plan.repo_id,
+            branch=side,
+            revision=plan.base,
+            repo_type=REPO_TYPE,
+        )
         keep_side = False
         try:
             adds = [op for op in ops if isinstance(op, CommitOperationAdd)]
-            hub.call("upload", self.api.preupload_lfs_files, plan.repo_id, additions=adds,
-                     repo_type=REPO_TYPE, revision=side, free_memory=False)
+            hub.call(
+                "upload",
+                self.api.preupload_lfs_files,
+                plan.repo_id,
+                additions=adds,
+                repo_type=REPO_TYPE,
+                revision=side,
+                free_memory=False,
+            )
             head = plan.base
             for i, chunk in enumerate(chunks, 1):
                 suffix = f" (part {i}/{len(chunks)})" if len(chunks) > 1 else ""
@@ -635,21 +742,31 @@ class Publisher:
             self.verify(head)
             current = (hub.refs() or {}).get(plan.branch)
             if current != plan.branch_head:
-                raise ConcurrentPublishError(f"branch {plan.branch} moved during staging "
-                                             f"({(plan.branch_head or 'absent')[:8]} -> {(current or 'absent')[:8]}); "
-                                             "not promoting: re-run")
+                raise ConcurrentPublishError(
+                    f"branch {plan.branch} moved during staging "
+                    f"({(plan.branch_head or 'absent')[:8]} -> {(current or 'absent')[:8]}); "
+                    "not promoting: re-run"
+                )
             if plan.branch_head is not None:
                 keep_side = True  # until the version branch points at the release again
                 hub.call("move branch", self.api.delete_branch, plan.repo_id, branch=plan.branch, repo_type=REPO_TYPE)
             try:
-                hub.call("create branch", self.api.create_branch, plan.repo_id, branch=plan.branch,
-                         revision=head, repo_type=REPO_TYPE)
+                hub.call(
+                    "create branch",
+                    self.api.create_branch,
+                    plan.repo_id,
+                    branch=plan.branch,
+                    revision=head,
+                    repo_type=REPO_TYPE,
+                )
             except HfHubHTTPError as e:
                 if _status(e) == 409:
                     raise ConcurrentPublishError(f"branch {plan.branch} was created by someone else meanwhile") from e
                 if keep_side:
-                    raise PublishError(f"branch {plan.branch} was deleted but could not be re-created at {head}: "
-                                       f"the release is intact on branch {side}; recreate {plan.branch} from it") from e
+                    raise PublishError(
+                        f"branch {plan.branch} was deleted but could not be re-created at {head}: "
+                        f"the release is intact on branch {side}; recreate {plan.branch} from it"
+                    ) from e
                 raise
             keep_side = False
             self.log(f"{plan.branch} now at {head[:8]}")
@@ -657,8 +774,9 @@ class Publisher:
         finally:
             if not keep_side:
                 try:
-                    hub.call("delete side branch", self.api.delete_branch, plan.repo_id, branch=side,
-                             repo_type=REPO_TYPE)
+                    hub.call(
+                        "delete side branch", self.api.delete_branch, plan.repo_id, branch=side, repo_type=REPO_TYPE
+                    )
                 except (HfHubHTTPError, httpx2.TransportError) as e:
                     self.log(f"  warning: could not delete side branch {side}: {_status(e) or e}")
 
@@ -687,18 +805,24 @@ def explain_http_error(e: HfHubHTTPError, repo_id: str) -> str:
             except ValueError:
                 server = ""
     if status == 401:
-        return ("the Hub rejected the token (401 Unauthorized): HF_TOKEN is invalid or expired. Create a "
-                "token with write access at https://huggingface.co/settings/tokens and export it as HF_TOKEN "
-                "(or use trusted publishing in CI).")
+        return (
+            "the Hub rejected the token (401 Unauthorized): HF_TOKEN is invalid or expired. Create a "
+            "token with write access at https://huggingface.co/settings/tokens and export it as HF_TOKEN "
+            "(or use trusted publishing in CI)."
+        )
     if status == 403:
         if "approv" in server.lower():
-            return (f"the Hub refused kernels/{repo_id} (403): {server}. Kernel repositories need approval by "
-                    "Hugging Face before the first publish: request it (e.g. a discussion on "
-                    "https://huggingface.co/kernels-community) and re-run once approved.")
-        return (f"the Hub refused to let this token write kernels/{repo_id} (403 Forbidden"
-                f"{': ' + server if server else ''}). Use a token with write access to the "
-                f"'{repo_id.split('/')[0]}' namespace; a new kernel repository may also still await approval "
-                "by Hugging Face.")
+            return (
+                f"the Hub refused kernels/{repo_id} (403): {server}. Kernel repositories need approval by "
+                "Hugging Face before the first publish: request it (e.g. a discussion on "
+                "https://huggingface.co/kernels-community) and re-run once approved."
+            )
+        return (
+            f"the Hub refused to let this token write kernels/{repo_id} (403 Forbidden"
+            f"{': ' + server if server else ''}). Use a token with write access to the "
+            f"'{repo_id.split('/')[0]}' namespace; a new kernel repository may also still await approval "
+            "by Hugging Face."
+        )
     return f"Hub error {status}: {server or str(e).splitlines()[0]}"
 
 
@@ -709,13 +833,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
     p.add_argument("--force", action="store_true", help="publish despite refusals (needs --reason)")
     p.add_argument("--reason", help="why --force is used; goes into the commit message")
-    p.add_argument("--tag", help="release tag (e.g. v1 or v1.2.0) whose major must equal the version "
-                   "(default: GITHUB_REF_NAME when GITHUB_REF_TYPE=tag)")
+    p.add_argument(
+        "--tag",
+        help="release tag (e.g. v1 or v1.2.0) whose major must equal the version "
+        "(default: GITHUB_REF_NAME when GITHUB_REF_TYPE=tag)",
+    )
     p.add_argument("--build-toml", type=Path, help="default: build.toml next to --build-dir")
     p.add_argument("--benchmarks-dir", type=Path, help="default: benchmarks/ next to --build-dir")
     p.add_argument("--endpoint", help="Hub URL (default: HF_ENDPOINT or huggingface.co)")
-    p.add_argument("--max-ops-per-commit", type=int, default=DEFAULT_MAX_OPS,
-                   help=f"above this many operations, stage commits on a side branch (default {DEFAULT_MAX_OPS})")
+    p.add_argument(
+        "--max-ops-per-commit",
+        type=int,
+        default=DEFAULT_MAX_OPS,
+        help=f"above this many operations, stage commits on a side branch (default {DEFAULT_MAX_OPS})",
+    )
     p.add_argument("--retries", type=int, default=5, help="retries on 429/5xx (default 5)")
     p.add_argument("--retry-delay", type=float, default=1.0, help="first backoff delay in seconds (default 1)")
     return p
@@ -725,7 +856,7 @@ def main(argv: list[str] | None = None, log: Callable[[str], None] = print) -> i
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.force and not (args.reason or "").strip():
-        parser.error("--force needs --reason \"...\" (it goes into the commit message)")
+        parser.error('--force needs --reason "..." (it goes into the commit message)')
     if args.reason and not args.force:
         parser.error("--reason is only meaningful with --force")
     if args.max_ops_per_commit < 1:
@@ -760,14 +891,12 @@ def main(argv: list[str] | None = None, log: Callable[[str], None] = print) -> i
 
         with tempfile.TemporaryDirectory(prefix="gemm-publish-") as cache_dir, _TokenEnvironment(token):
             try:
-                plan = make_plan(hub, variants, release_problems, bench_dir, bench_dir / "results",
-                                 cache_dir, notes)
+                plan = make_plan(hub, variants, release_problems, bench_dir, bench_dir / "results", cache_dir, notes)
             except (HfHubHTTPError, httpx2.TransportError, OSError) as e:
                 if not plan_only or (isinstance(e, HfHubHTTPError) and _status(e) in (401, 403)):
                     raise
                 notes.append(f"could not read the Hub ({type(e).__name__}): planned against an empty repository")
-                plan = make_plan(None, variants, release_problems, bench_dir, bench_dir / "results",
-                                 cache_dir, notes)
+                plan = make_plan(None, variants, release_problems, bench_dir, bench_dir / "results", cache_dir, notes)
                 plan.repo_id = repo_id
             log(format_plan(plan, args.max_ops_per_commit))
 
@@ -776,15 +905,22 @@ def main(argv: list[str] | None = None, log: Callable[[str], None] = print) -> i
                 log(f"Plan only ({why}): nothing was changed.")
                 return 0
             if plan.refusals and not args.force:
-                raise RefusedError(f"refusing to publish ({len(plan.refusals)} problem(s) above); fix them, "
-                                   "or re-run with --force --reason \"...\"")
+                raise RefusedError(
+                    f"refusing to publish ({len(plan.refusals)} problem(s) above); fix them, "
+                    'or re-run with --force --reason "..."'
+                )
 
             forced = f" [forced: {args.reason.strip()}]" if args.force and plan.refusals else ""
             changed = [v.name for v in plan.variants if v.action != "skip"]
             message = f"Publish gemm v{plan.version}: {len(changed)} variant(s) updated{forced}"
             description = "\n".join(
                 [f"- {v.name}: {v.action}, +{len(v.adds)} -{len(v.deletes)}" for v in plan.variants]
-                + (["\nForced despite: " + "; ".join(plan.refusals), f"Reason: {args.reason.strip()}"] if forced else []))
+                + (
+                    ["\nForced despite: " + "; ".join(plan.refusals), f"Reason: {args.reason.strip()}"]
+                    if forced
+                    else []
+                )
+            )
 
             if not plan.repo_exists:
                 log(f"creating kernel repository {repo_id}")
@@ -796,7 +932,11 @@ def main(argv: list[str] | None = None, log: Callable[[str], None] = print) -> i
             head = publisher.publish_branch()
             publisher.publish_card()
             where = f"{api.endpoint}/kernels/{repo_id}/tree/{plan.branch}"
-            log(f"Published: {where} @ {head[:8]}" if head else f"Nothing to publish: {where} already holds this release.")
+            log(
+                f"Published: {where} @ {head[:8]}"
+                if head
+                else f"Nothing to publish: {where} already holds this release."
+            )
             return 0
     except RefusedError as e:
         log(f"error: {e}")

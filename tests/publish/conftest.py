@@ -21,9 +21,18 @@ CPU = "torch213-cxx11-cpu-x86_64-linux"
 ROCM = "torch213-cxx11-rocm71-x86_64-linux"
 CUDA = "torch213-cxx11-cu130-x86_64-linux"
 
-_CLEARED_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE", "HF_OIDC_ID_TOKEN", "GITHUB_ACTIONS",
-                "ACTIONS_ID_TOKEN_REQUEST_URL", "ACTIONS_ID_TOKEN_REQUEST_TOKEN", "GITHUB_REF_TYPE",
-                "GITHUB_REF_NAME", "HF_ENDPOINT")
+_CLEARED_ENV = (
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "HF_OIDC_RESOURCE",
+    "HF_OIDC_ID_TOKEN",
+    "GITHUB_ACTIONS",
+    "ACTIONS_ID_TOKEN_REQUEST_URL",
+    "ACTIONS_ID_TOKEN_REQUEST_TOKEN",
+    "GITHUB_REF_TYPE",
+    "GITHUB_REF_NAME",
+    "HF_ENDPOINT",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -63,11 +72,21 @@ class Project:
     def write_toml(self, version: int) -> None:
         (self.root / "build.toml").write_text(
             f'[general]\nname = "gemm"\nversion = {version}\nedition = 5\nlicense = "Apache-2.0"\n'
-            'backends = ["cpu", "cuda", "rocm"]\n')
+            'backends = ["cpu", "cuda", "rocm"]\n'
+        )
 
-    def variant(self, name: str = CPU, *, ops: str = "_gemm_cpu_abc1234", so: bytes | None = None,
-                extra_files: dict[str, bytes] | None = None, checks: dict | None = None, dirty: bool = False,
-                version: int = 1, tamper=None) -> Path:
+    def variant(
+        self,
+        name: str = CPU,
+        *,
+        ops: str = "_gemm_cpu_abc1234",
+        so: bytes | None = None,
+        extra_files: dict[str, bytes] | None = None,
+        checks: dict | None = None,
+        dirty: bool = False,
+        version: int = 1,
+        tamper=None,
+    ) -> Path:
         d = self.build / name
         if d.exists():
             for p in sorted(d.rglob("*"), reverse=True):
@@ -83,17 +102,38 @@ class Project:
             (d / rel).write_bytes(data)
         digest = kernels_data.Digest.hash_variant(kernels_data.DigestAlgorithm.SHA256, d)
         meta = {
-            "name": "gemm", "id": ops, "version": version, "license": "Apache-2.0", "python-depends": [],
+            "name": "gemm",
+            "id": ops,
+            "version": version,
+            "license": "Apache-2.0",
+            "python-depends": [],
             "backend": {"type": backend_type, **({"archs": ["gfx942"]} if backend_type == "rocm" else {})},
             "digest": {"algorithm": "sha256", "files": digest.files},
-            "provenance": {"kernel-builder": {"version": "gemm-scripts-1"},
-                           "kernel": {"commit": "0123456789abcdef0123456789abcdef01234567", "dirty": dirty}},
-            "build": {"torch": "2.13.0", "python": "3.11", "compiler": "clang-19", "flags": ["-O3"],
-                      "host": "ci", "image": None},
-            "checks": checks if checks is not None else {
-                "abi": {"manylinux": "manylinux_2_28", "manylinux_violations": [], "python_abi": "3.9",
-                        "python_abi_violations": [], "ok": True},
-                "loader": {"ok": True}, "smoke": {"ok": True}},
+            "provenance": {
+                "kernel-builder": {"version": "gemm-scripts-1"},
+                "kernel": {"commit": "0123456789abcdef0123456789abcdef01234567", "dirty": dirty},
+            },
+            "build": {
+                "torch": "2.13.0",
+                "python": "3.11",
+                "compiler": "clang-19",
+                "flags": ["-O3"],
+                "host": "ci",
+                "image": None,
+            },
+            "checks": checks
+            if checks is not None
+            else {
+                "abi": {
+                    "manylinux": "manylinux_2_28",
+                    "manylinux_violations": [],
+                    "python_abi": "3.9",
+                    "python_abi_violations": [],
+                    "ok": True,
+                },
+                "loader": {"ok": True},
+                "smoke": {"ok": True},
+            },
         }
         (d / "metadata.json").write_text(json.dumps(meta, indent=2))
         if tamper is not None:
@@ -120,8 +160,19 @@ def run_publish(hub, project, monkeypatch):
         else:
             monkeypatch.setenv("HF_TOKEN", token)
         lines: list[str] = []
-        argv = ["--build-dir", str(project.build), "--repo", repo, "--endpoint", hub.url,
-                "--retry-delay", "0.01", "--retries", "3", *extra]
+        argv = [
+            "--build-dir",
+            str(project.build),
+            "--repo",
+            repo,
+            "--endpoint",
+            hub.url,
+            "--retry-delay",
+            "0.01",
+            "--retries",
+            "3",
+            *extra,
+        ]
         rc = publish.main(argv, log=lines.append)
         return rc, "\n".join(lines)
 
@@ -130,5 +181,8 @@ def run_publish(hub, project, monkeypatch):
 
 def writes(hub: HubStandin) -> list[tuple[str, str]]:
     """Requests that could change the stand-in's state."""
-    return [(m, r) for m, r in hub.requests
-            if r in ("create_repo", "branch", "preupload", "lfs_batch", "lfs_put", "commit") and m != "GET"]
+    return [
+        (m, r)
+        for m, r in hub.requests
+        if r in ("create_repo", "branch", "preupload", "lfs_batch", "lfs_put", "commit") and m != "GET"
+    ]

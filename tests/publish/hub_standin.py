@@ -80,8 +80,9 @@ class Fault:
 
 
 class HttpError(Exception):
-    def __init__(self, status: int, message: str, code: str | None = None, headers: dict | None = None,
-                 extra: dict | None = None):
+    def __init__(
+        self, status: int, message: str, code: str | None = None, headers: dict | None = None, extra: dict | None = None
+    ):
         super().__init__(message)
         self.status, self.message, self.code, self.headers = status, message, code, headers or {}
         self.extra = extra or {}
@@ -107,7 +108,7 @@ class HubStandin:
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def __enter__(self) -> "HubStandin":
+    def __enter__(self) -> HubStandin:
         standin = self
 
         class Handler(_Handler):
@@ -174,11 +175,18 @@ class HubStandin:
         with self.lock:
             repo = Repo(repo_id, private)
             self.repos[repo_id] = repo
-            root = self._new_commit(repo, None, {".gitattributes": Blob(b"*.so filter=lfs diff=lfs merge=lfs -text\n", False)}, "initial commit")
+            root = self._new_commit(
+                repo,
+                None,
+                {".gitattributes": Blob(b"*.so filter=lfs diff=lfs merge=lfs -text\n", False)},
+                "initial commit",
+            )
             repo.branches["main"] = root.oid
             return repo
 
-    def commit_direct(self, repo_id: str, branch: str, add: dict[str, bytes], delete: tuple[str, ...] = (), title: str = "direct") -> str:
+    def commit_direct(
+        self, repo_id: str, branch: str, add: dict[str, bytes], delete: tuple[str, ...] = (), title: str = "direct"
+    ) -> str:
         """Commit as another writer would (no HTTP): used to simulate a concurrent publisher."""
         with self.lock:
             repo = self.repos[repo_id]
@@ -195,7 +203,9 @@ class HubStandin:
             return commit.oid
 
     # -- internals -----------------------------------------------------------------------------
-    def _new_commit(self, repo: Repo, parent: str | None, tree: dict[str, Blob], title: str, description: str = "") -> Commit:
+    def _new_commit(
+        self, repo: Repo, parent: str | None, tree: dict[str, Blob], title: str, description: str = ""
+    ) -> Commit:
         self._counter += 1
         oid = hashlib.sha1(f"{repo.repo_id}:{self._counter}:{parent}:{title}".encode()).hexdigest()
         commit = Commit(oid, parent, tree, title, description)
@@ -233,7 +243,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._dispatch("DELETE")
 
     # -- plumbing ------------------------------------------------------------------------------
-    def _send(self, status: int, body: bytes | dict | list | None = None, headers: dict | None = None, method: str = "GET"):
+    def _send(
+        self, status: int, body: bytes | dict | list | None = None, headers: dict | None = None, method: str = "GET"
+    ):
         if isinstance(body, (dict, list)):
             payload, ctype = json.dumps(body).encode(), "application/json"
         else:
@@ -315,13 +327,25 @@ class _Handler(BaseHTTPRequestHandler):
         user = self._user()
         if user is None:
             raise HttpError(401, "Invalid credentials in Authorization header")
-        return 200, {"type": "user", "name": user["user"], "auth": {"accessToken": {"role": "write" if user.get("write") else "read"}}}, {}
+        return (
+            200,
+            {
+                "type": "user",
+                "name": user["user"],
+                "auth": {"accessToken": {"role": "write" if user.get("write") else "read"}},
+            },
+            {},
+        )
 
     def _h_oauth_token(self, method, args, query, body):
         """RFC 8693 token exchange (HF trusted publishing): any id token gets the write token."""
         payload = json.loads(body or b"{}")
-        self.hub.oidc_exchanges.append({"resource": payload.get("resource"), "subject_token": payload.get("subject_token")})
-        if payload.get("grant_type") != "urn:ietf:params:oauth:grant-type:token-exchange" or not payload.get("subject_token"):
+        self.hub.oidc_exchanges.append(
+            {"resource": payload.get("resource"), "subject_token": payload.get("subject_token")}
+        )
+        if payload.get("grant_type") != "urn:ietf:params:oauth:grant-type:token-exchange" or not payload.get(
+            "subject_token"
+        ):
             raise HttpError(400, "invalid token exchange request")
         return 200, {"access_token": self.hub.oidc_token, "token_type": "bearer", "expires_in": 3600}, {}
 
@@ -336,7 +360,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._writer(f"create a kernel under the namespace {org}")
         repo_id = f"{org}/{name}" if org else name
         if org in self.hub.approval_pending:
-            raise HttpError(403, f"Kernel repositories under '{org}' require approval from Hugging Face before they can be created")
+            raise HttpError(
+                403, f"Kernel repositories under '{org}' require approval from Hugging Face before they can be created"
+            )
         url = f"{self.hub.url}/kernels/{repo_id}"
         if repo_id in self.hub.repos:
             raise HttpError(409, "You already created this kernel repo", extra={"url": url})
@@ -346,12 +372,22 @@ class _Handler(BaseHTTPRequestHandler):
     def _h_repo_info(self, method, args, query, body):
         repo = self._repo(args["repo_id"])
         commit = self._rev(repo, args.get("rev") or "main")
-        return 200, {"id": repo.repo_id, "sha": commit.oid, "private": repo.private,
-                     "siblings": [{"rfilename": p} for p in sorted(commit.tree)]}, {}
+        return (
+            200,
+            {
+                "id": repo.repo_id,
+                "sha": commit.oid,
+                "private": repo.private,
+                "siblings": [{"rfilename": p} for p in sorted(commit.tree)],
+            },
+            {},
+        )
 
     def _h_refs(self, method, args, query, body):
         repo = self._repo(args["repo_id"])
-        branches = [{"name": n, "ref": f"refs/heads/{n}", "targetCommit": oid} for n, oid in sorted(repo.branches.items())]
+        branches = [
+            {"name": n, "ref": f"refs/heads/{n}", "targetCommit": oid} for n, oid in sorted(repo.branches.items())
+        ]
         return 200, {"branches": branches, "converts": [], "tags": []}, {}
 
     def _h_branch(self, method, args, query, body):
@@ -383,7 +419,7 @@ class _Handler(BaseHTTPRequestHandler):
         for path, blob in sorted(commit.tree.items()):
             if not path.startswith(prefix):
                 continue
-            rest = path[len(prefix):]
+            rest = path[len(prefix) :]
             if "/" in rest:
                 parts = rest.split("/")[:-1]
                 for i in range(1, len(parts) + 1 if recursive else 2):
@@ -409,7 +445,9 @@ class _Handler(BaseHTTPRequestHandler):
             oid = None
             if existing is not None:
                 oid = existing.sha256 if existing.lfs else existing.sha1
-            files.append({"path": f["path"], "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False, "oid": oid})
+            files.append(
+                {"path": f["path"], "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False, "oid": oid}
+            )
         return 200, {"files": files, "commitOid": commit.oid}, {}
 
     def _h_lfs_batch(self, method, args, query, body):
@@ -463,8 +501,15 @@ class _Handler(BaseHTTPRequestHandler):
                     del tree[p]
         commit = self.hub._new_commit(repo, head.oid, tree, header["summary"], header.get("description", ""))
         repo.branches[branch] = commit.oid
-        return 200, {"success": True, "commitOid": commit.oid,
-                     "commitUrl": f"{self.hub.url}/kernels/{repo.repo_id}/commit/{commit.oid}"}, {}
+        return (
+            200,
+            {
+                "success": True,
+                "commitOid": commit.oid,
+                "commitUrl": f"{self.hub.url}/kernels/{repo.repo_id}/commit/{commit.oid}",
+            },
+            {},
+        )
 
     def _h_resolve(self, method, args, query, body):
         repo = self._repo(args["repo_id"])
@@ -512,4 +557,3 @@ def _route(method: str, segs: list[str]) -> tuple[str, dict]:
         if len(segs) >= 6 and segs[3] == "resolve":
             return "resolve", {"repo_id": f"{segs[1]}/{segs[2]}", "rev": segs[4], "path": "/".join(segs[5:])}
     return "unknown", {}
-

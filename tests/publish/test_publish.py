@@ -25,13 +25,39 @@ def test_first_publish(hub, project, run_publish):
     project.variant(ROCM, ops="_gemm_rocm_abc1234")
     results = project.root / "benchmarks" / "results" / "mi300x"
     results.mkdir(parents=True)
-    record = {"m": 1024, "n": 1536, "k": 7168, "layout": "seed", "us": 26.4, "us_min": 26.0, "us_max": 27.1,
-              "reps": 50, "tflops": 812.5, "pct_sol": 31.2, "max_abs_err": 0.0, "rel_err": 0.0}
-    (results / f"{ROCM}.json").write_text(json.dumps({
-        "schema": "gemm-bench/1", "platform": "MI300X", "variant": ROCM, "date": "2026-12-02", "env": {},
-        "config": {}, "sol": None, "impls": {"gemm": {}, "torch": {}}, "refused": [],
-        "records": [{**record, "impl": "gemm", "ratio_vs_torch": 3.75},
-                    {**record, "impl": "torch", "us": 99.0, "tflops": 216.7}]}))
+    record = {
+        "m": 1024,
+        "n": 1536,
+        "k": 7168,
+        "layout": "seed",
+        "us": 26.4,
+        "us_min": 26.0,
+        "us_max": 27.1,
+        "reps": 50,
+        "tflops": 812.5,
+        "pct_sol": 31.2,
+        "max_abs_err": 0.0,
+        "rel_err": 0.0,
+    }
+    (results / f"{ROCM}.json").write_text(
+        json.dumps(
+            {
+                "schema": "gemm-bench/1",
+                "platform": "MI300X",
+                "variant": ROCM,
+                "date": "2026-12-02",
+                "env": {},
+                "config": {},
+                "sol": None,
+                "impls": {"gemm": {}, "torch": {}},
+                "refused": [],
+                "records": [
+                    {**record, "impl": "gemm", "ratio_vs_torch": 3.75},
+                    {**record, "impl": "torch", "us": 99.0, "tflops": 216.7},
+                ],
+            }
+        )
+    )
 
     rc, out = run_publish()
     assert rc == 0, out
@@ -80,6 +106,7 @@ def test_rebuilt_variant_deletes_stale_file_keeps_other_variants(hub, project, r
 
     # Rebuild only the CPU variant: new ops namespace (new .so name), the extra layer file is gone.
     import shutil
+
     shutil.rmtree(project.build / ROCM)
     project.variant(CPU, ops="_gemm_cpu_def5678")
     rc, out = run_publish()
@@ -162,8 +189,8 @@ def test_multi_commit_staged_on_side_branch_then_promoted(hub, project, run_publ
     assert branch_files(hub) == project.local_files(CPU)
     assert set(hub.branches(REPO)) == {"main", "v1"}
     titles = hub.commit_titles(REPO, "v1")
-    assert titles[len(seen):] == hub.commit_titles(REPO, old_head)
-    assert all("(part " in t for t in titles[:len(seen)])
+    assert titles[len(seen) :] == hub.commit_titles(REPO, old_head)
+    assert all("(part " in t for t in titles[: len(seen)])
 
 
 def test_staged_release_not_promoted_when_branch_moves(hub, project, run_publish):
@@ -250,8 +277,9 @@ def test_truncated_binary_is_never_published(hub, project, run_publish):
 @pytest.mark.parametrize("case", ["invalid_token", "read_only_token", "approval_pending"])
 def test_auth_errors_have_clear_messages(hub, project, run_publish, case):
     project.variant(CPU)
-    token = {"invalid_token": "hf_not_a_real_token", "read_only_token": READ_TOKEN,
-             "approval_pending": WRITE_TOKEN}[case]
+    token = {"invalid_token": "hf_not_a_real_token", "read_only_token": READ_TOKEN, "approval_pending": WRITE_TOKEN}[
+        case
+    ]
     if case == "approval_pending":
         hub.approval_pending.add(REPO.split("/")[0])
     rc, out = run_publish(token=token)
@@ -279,11 +307,28 @@ def test_rate_limit_and_server_errors_are_retried(hub, project, run_publish):
 
 def test_cli_without_token_prints_plan_and_exits_0(project):
     project.variant(CPU)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE", "GITHUB_ACTIONS",
-                        "ACTIONS_ID_TOKEN_REQUEST_URL", "GITHUB_REF_TYPE", "GITHUB_REF_NAME")}
-    proc = subprocess.run([sys.executable, "-m", "scripts.publish", "--build-dir", str(project.build)],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in (
+            "HF_TOKEN",
+            "HUGGING_FACE_HUB_TOKEN",
+            "HF_OIDC_RESOURCE",
+            "GITHUB_ACTIONS",
+            "ACTIONS_ID_TOKEN_REQUEST_URL",
+            "GITHUB_REF_TYPE",
+            "GITHUB_REF_NAME",
+        )
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "scripts.publish", "--build-dir", str(project.build)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"{CPU}: new" in proc.stdout and "branch v1" in proc.stdout
     assert f"+ build/{CPU}/_gemm_cpu_abc1234.abi3.so" in proc.stdout
