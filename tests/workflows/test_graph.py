@@ -366,6 +366,12 @@ def test_build_matrix_comes_from_the_matrix_file(tmp_path):
             assert e["image_ref"].startswith(e["image"])
             assert e["variant"].startswith("torch") and e["variant"].endswith("-x86_64-linux")
         assert len({e["variant"] for e in include}) == len(include), "artifact names must be unique"
+        # Byte for byte what `python -m scripts.matrix --format github` prints.
+        direct = subprocess.run(
+            [sys.executable, "-m", "scripts.matrix", "--format", "github", *(["--pr-only"] if pr_only else [])],
+            cwd=wf.REPO_ROOT, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        assert direct.stdout.strip() == outputs["matrix"]
 
 
 def _base_env():
