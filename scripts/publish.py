@@ -618,8 +618,8 @@ class Publisher:
                         if head and self._holds(head, ops):
                             return head
                     raise ConcurrentPublishError(
-                        f"branch {revision} moved since {parent[:8]} (another publish?); nothing was "
-                        f"committed by this run: re-run to publish on top of the new head"
+                        f"branch {revision} moved since {parent[:8]} (another publish?): this commit to "
+                        f"{revision} was not made; re-run to publish on top of the new head"
                     ) from e
                 transient = status in RETRY_STATUS or (status is None and isinstance(e, httpx2.TransportError))
                 if not transient or attempt >= hub.retries:
@@ -640,7 +640,11 @@ class Publisher:
                 if op.path_in_repo in tree:
                     return False
             else:
-                local = LocalFile.read(op.path_in_repo, Path(op.path_or_fileobj))
+                with op.as_file() as f:
+                    data = f.read()
+                local = LocalFile(
+                    op.path_in_repo, Path(op.path_in_repo), hashlib.sha256(data).hexdigest(), git_hash(data)
+                )
                 if not local.same_as(tree.get(op.path_in_repo)):
                     return False
         return True
@@ -911,7 +915,7 @@ def main(argv: list[str] | None = None, log: Callable[[str], None] = print) -> i
                 )
 
             forced = f" [forced: {args.reason.strip()}]" if args.force and plan.refusals else ""
-            changed = [v.name for v in plan.variants if v.action != "skip"]
+            changed = [v.name for v in plan.variants if v.action != "skip" and v.name in {x.name for x in variants}]
             message = f"Publish gemm v{plan.version}: {len(changed)} variant(s) updated{forced}"
             description = "\n".join(
                 [f"- {v.name}: {v.action}, +{len(v.adds)} -{len(v.deletes)}" for v in plan.variants]

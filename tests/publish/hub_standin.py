@@ -77,6 +77,7 @@ class Fault:
     times: int
     headers: dict[str, str]
     body: dict
+    after: bool = False  # handle the request first, then answer with the fault (a lost response)
 
 
 class HttpError(Exception):
@@ -132,10 +133,20 @@ class HubStandin:
         return f"http://{host}:{port}"
 
     # -- test helpers --------------------------------------------------------------------------
-    def inject(self, route: str, status: int, times: int = 1, headers: dict | None = None, body: dict | None = None):
-        """Answer the next `times` requests to `route` with `status` instead of handling them."""
+    def inject(
+        self,
+        route: str,
+        status: int,
+        times: int = 1,
+        headers: dict | None = None,
+        body: dict | None = None,
+        after: bool = False,
+    ):
+        """Answer the next `times` requests to `route` with `status` instead of handling them
+        (or, with after=True, after handling them: the change is made but the answer is lost)."""
         with self.lock:
-            self.faults.append(Fault(route, status, times, headers or {}, body or {"error": f"injected {status}"}))
+            fault = Fault(route, status, times, headers or {}, body or {"error": f"injected {status}"}, after)
+            self.faults.append(fault)
 
     def count(self, route: str, method: str | None = None) -> int:
         with self.lock:
@@ -270,11 +281,8 @@ class _Handler(BaseHTTPRequestHandler):
         with hub.lock:
             hub.requests.append((method, route))
             fault = hub._take_fault(route)
-        if fault is not None:
-            headers = dict(fault.headers)
-            if "error" in fault.body:
-                headers.setdefault("X-Error-Message", fault.body["error"])
-            return self._send(fault.status, fault.body, headers, method)
+        if fault is not None and not fault.after:
+            return self._send_fault(fault, method)
         hook = hub.before.get(route)
         if hook is not None:
             hook(args)
@@ -286,7 +294,15 @@ class _Handler(BaseHTTPRequestHandler):
             if e.code:
                 headers["X-Error-Code"] = e.code
             return self._send(e.status, {"error": e.message, **e.extra}, headers, method)
+        if fault is not None:  # the change was made; the answer is "lost"
+            return self._send_fault(fault, method)
         self._send(status, out, headers, method)
+
+    def _send_fault(self, fault: Fault, method: str) -> None:
+        headers = dict(fault.headers)
+        if "error" in fault.body:
+            headers.setdefault("X-Error-Message", fault.body["error"])
+        self._send(fault.status, fault.body, headers, method)
 
     def _user(self) -> dict | None:
         auth = self.headers.get("Authorization", "")

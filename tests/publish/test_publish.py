@@ -305,6 +305,20 @@ def test_rate_limit_and_server_errors_are_retried(hub, project, run_publish):
     assert len(hub.commit_titles(REPO, "v1")) == 2  # the retried commit landed once
 
 
+def test_commit_whose_answer_was_lost_is_recognised(hub, project, run_publish):
+    """A 5xx after the commit landed: the retry meets parent_commit's 412, sees its own commit, succeeds."""
+    project.variant(CPU)
+    assert run_publish()[0] == 0
+    project.variant(CPU)
+    before = hub.commit_titles(REPO, "v1")
+    hub.inject("commit", 502, after=True)
+    rc, out = run_publish()
+    assert rc == 0, out
+    assert "HTTP 502" in out
+    assert branch_files(hub) == project.local_files(CPU)
+    assert hub.commit_titles(REPO, "v1")[1:] == before  # exactly one new commit
+
+
 def test_cli_without_token_prints_plan_and_exits_0(project):
     project.variant(CPU)
     env = {
