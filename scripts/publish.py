@@ -143,6 +143,21 @@ def verify_local_variant(variant_dir: Path) -> dict[str, Any]:
     return json.loads(meta_path.read_text())
 
 
+def check_variant_name(name: str, meta: dict[str, Any]) -> None:
+    """The loader's own parser must accept the directory name, and its backend must match the metadata."""
+    from kernels.variants import ArchVariant, parse_variant
+
+    try:
+        parsed = parse_variant(name)
+    except ValueError as e:
+        raise PublishError(f"{name}: not a variant name the kernels loader accepts ({e})") from e
+    if isinstance(parsed, ArchVariant):
+        named = type(parsed.arch.backend).__name__.lower()
+        declared = str((meta.get("backend") or {}).get("type", "")).lower()
+        if named != declared:
+            raise PublishError(f"{name}: the name says backend {named!r} but metadata.json says {declared!r}")
+
+
 def discover_variants(build_dir: Path) -> list[LocalVariant]:
     if not build_dir.is_dir():
         raise PublishError(f"--build-dir {build_dir}: not a directory")
@@ -151,6 +166,7 @@ def discover_variants(build_dir: Path) -> list[LocalVariant]:
         if not (d / "metadata.json").is_file():
             continue
         meta = verify_local_variant(d)
+        check_variant_name(d.name, meta)
         variants.append(LocalVariant(d.name, d, meta, _variant_files(d)))
     if not variants:
         raise PublishError(f"--build-dir {build_dir}: no variant directories (with metadata.json) found")

@@ -274,6 +274,15 @@ def test_truncated_binary_is_never_published(hub, project, run_publish):
     assert hub.requests == []
 
 
+@pytest.mark.parametrize("name", ["torch213-gemm-build", "torch213-cxx11-rocm71-x86_64-linux"])
+def test_variant_the_loader_would_not_accept_is_refused(hub, project, run_publish, name):
+    d = project.variant(CPU)
+    d.rename(project.build / name)  # unparseable name / name says rocm, metadata says cpu
+    rc, out = run_publish("--force", "--reason", "try anyway")
+    assert rc == 1 and name in out
+    assert hub.requests == []
+
+
 @pytest.mark.parametrize("case", ["invalid_token", "read_only_token", "approval_pending"])
 def test_auth_errors_have_clear_messages(hub, project, run_publish, case):
     project.variant(CPU)
