@@ -42,6 +42,8 @@ def plot(doc: dict, out: Path) -> Path:
     fig, axes = plt.subplots(len(layouts), 1, figsize=(width_in, 4.2 * len(layouts)), squeeze=False)
     values = [r["tflops"] for r in records if r["tflops"] > 0]
     log = bool(values) and max(values) / min(values) > 30
+    # CPU-sized numbers read better in GFLOP/s
+    scale, unit = (1e3, "GFLOP/s") if values and max(values) < 1.0 else (1.0, "TFLOP/s")
     for ax, layout in zip(axes[:, 0], layouts, strict=False):
         shapes = [s for s in shapes_all if any((r["m"], r["n"], r["k"], r["layout"]) == (*s, layout) for r in records)]
         here = [i for i in impls if any(r["impl"] == i and r["layout"] == layout for r in records)]
@@ -53,13 +55,14 @@ def plot(doc: dict, out: Path) -> Path:
                 rec = by_key.get((*s, impl))
                 if rec is not None:
                     xs.append(i - 0.4 + bar * (j + 0.5))
-                    ys.append(rec["tflops"])
+                    ys.append(rec["tflops"] * scale)
             ax.bar(xs, ys, width=bar, label=doc["impls"][impl].get("label", impl), color=colors[impl])
         if doc.get("sol"):
-            ax.axhline(doc["sol"]["peak_tflops"], color="black", lw=0.8, ls="--", label="FP8 peak (speed of light)")
+            peak = doc["sol"]["peak_tflops"] * scale
+            ax.axhline(peak, color="black", lw=0.8, ls="--", label="FP8 peak (speed of light)")
         ax.set_xticks(range(len(shapes)))
         ax.set_xticklabels([f"{m}x{n}x{k}" for m, n, k in shapes], rotation=60, ha="right", fontsize=7)
-        ax.set_ylabel("TFLOP/s (2MNK / t)")
+        ax.set_ylabel(f"{unit} (2MNK / t)")
         if log:
             ax.set_yscale("log")
         ax.set_title(f"layout: {layout}", fontsize=9)

@@ -298,6 +298,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="measure",
         help="CUDA: measure the FP8 ceiling in this run (default) or take it from the H200 notes",
     )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU: torch intra-op threads (default: torch's). On an oversubscribed machine, 1 "
+        "avoids timing the scheduler's thread wake-ups instead of the kernel",
+    )
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
     p.add_argument("--seed", type=int, default=0, help="random seed of the inputs")
     p.add_argument("--no-progress", action="store_true")
@@ -341,6 +348,10 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
         raise UsageError(str(e)) from e
     if args.sets is not None and args.sets < 1:
         raise UsageError(f"--sets must be >= 1, got {args.sets}")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise UsageError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
 
     if kernel is None:
         kernel, variant, loader = load_kernel(args.build_dir)
@@ -391,6 +402,13 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
         f"flush {flusher.nbytes >> 20} MB{', quick' if args.quick else ''}",
         file=sys.stderr,
     )
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if backend == "cpu" and load > 2 * (os.cpu_count() or 1):
+        print(
+            f"warning: load average {load:.0f} on {os.cpu_count()} cores: CPU times include waiting for the "
+            f"scheduler{'' if torch.get_num_threads() == 1 else ' (try --threads 1)'}",
+            file=sys.stderr,
+        )
     if backend == "cpu" and args.shapes is None:
         print(
             "note: CPU run on a reduced shape set (cpu-default: 7 small shapes); "
@@ -465,6 +483,8 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
             "quick": args.quick,
             "seed": args.seed,
             "fp8_dtype": str(fp8_dtype).replace("torch.", ""),
+            "threads": torch.get_num_threads(),
+            "load_average": round(load, 1),
             "timer": "device events (torch.cuda.Event)" if device.type == "cuda" else "time.perf_counter",
             "flush_bytes": flusher.nbytes,
             "budget": budget.__dict__,
