@@ -47,8 +47,10 @@ import kernels_data
 import tomllib
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 from huggingface_hub.errors import (
-    EntryNotFoundError,
     HfHubHTTPError,
+    LocalEntryNotFoundError,
+    OIDCError,
+    RemoteEntryNotFoundError,
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
@@ -238,9 +240,17 @@ def resolve_token(endpoint: str | None) -> str | None:
     if resource:
         from huggingface_hub._oidc import oidc_login  # the exchange huggingface_hub's own get_token uses
 
-        result = oidc_login(
-            resource=resource, subject_token=os.environ.get("HF_OIDC_ID_TOKEN") or None, endpoint=endpoint
-        )
+        try:
+            result = oidc_login(
+                resource=resource, subject_token=os.environ.get("HF_OIDC_ID_TOKEN") or None, endpoint=endpoint
+            )
+        except (OIDCError, HfHubHTTPError) as e:
+            status = _status(e)
+            raise PublishError(
+                f"trusted publishing (HF_OIDC_RESOURCE={resource}) failed"
+                f"{f' with HTTP {status}' if status else ''}: {str(e).splitlines()[0]}. Check that the Hub "
+                "repository trusts this workflow and that the job has `permissions: id-token: write`."
+            ) from e
         return result["access_token"]
     return None
 
@@ -307,9 +317,9 @@ class Hub:
         while True:
             try:
                 return fn(*args, **kwargs)
-            except (HfHubHTTPError, httpx2.TransportError) as e:
+            except (HfHubHTTPError, httpx2.TransportError, LocalEntryNotFoundError) as e:
                 status = _status(e)
-                transient = status in RETRY_STATUS or (status is None and isinstance(e, httpx2.TransportError))
+                transient = status in RETRY_STATUS or (status is None and not isinstance(e, HfHubHTTPError))
                 if not transient or attempt >= self.retries:
                     raise
                 delay = _retry_after(e)
@@ -349,7 +359,7 @@ class Hub:
                 revision=revision,
                 cache_dir=cache_dir,
             )
-        except (EntryNotFoundError, RevisionNotFoundError):
+        except (RemoteEntryNotFoundError, RevisionNotFoundError):  # the Hub says: no such file
             return None
         return Path(local).read_bytes()
 
@@ -912,7 +922,7 @@ def main(argv: list[str] | None = None, log: Callable[[str], None] = print) -> i
         with tempfile.TemporaryDirectory(prefix="gemm-publish-") as cache_dir, _TokenEnvironment(token):
             try:
                 plan = make_plan(hub, variants, release_problems, bench_dir, bench_dir / "results", cache_dir, notes)
-            except (HfHubHTTPError, httpx2.TransportError, OSError) as e:
+            except (HfHubHTTPError, httpx2.TransportError, LocalEntryNotFoundError) as e:
                 if not plan_only or (isinstance(e, HfHubHTTPError) and _status(e) in (401, 403)):
                     raise
                 notes.append(f"could not read the Hub ({type(e).__name__}): planned against an empty repository")
@@ -967,7 +977,7 @@ def main(argv: list[str] | None = None, log: Callable[[str], None] = print) -> i
     except HfHubHTTPError as e:
         log(f"error: {explain_http_error(e, repo_id or '?')}")
         return EXIT_ERROR
-    except httpx2.TransportError as e:
+    except (httpx2.TransportError, LocalEntryNotFoundError) as e:
         log(f"error: could not reach the Hub: {type(e).__name__}")
         return EXIT_ERROR
 

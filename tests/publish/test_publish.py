@@ -390,3 +390,11 @@ def test_trusted_publishing_token(hub, project, run_publish, monkeypatch):
     assert os.environ.get("HF_OIDC_RESOURCE") == f"kernels/{REPO}" and "HF_TOKEN" not in os.environ
     assert branch_files(hub) == project.local_files(CPU)
     assert WRITE_TOKEN not in out
+
+
+def test_trusted_publishing_failure_is_explained(hub, project, run_publish, monkeypatch):
+    project.variant(CPU)
+    monkeypatch.setenv("HF_OIDC_RESOURCE", f"kernels/{REPO}")  # but no id token and not in a CI provider
+    rc, out = run_publish(token=None)
+    assert rc == 1 and "trusted publishing" in out and "id-token: write" in out
+    assert hub.requests == []
