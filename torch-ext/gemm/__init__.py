@@ -151,7 +151,7 @@ def _check_sizes(M: int, N: int, K: int, k_source: str) -> None:
 
 
 def _check_device(name: str, t: torch.Tensor, like: torch.Tensor | None) -> None:
-    if t.device.type not in (_DEVICE_TYPE, "meta"):
+    if t.device.type != _DEVICE_TYPE:
         raise ValueError(
             f"{name} is on {t.device}, but this build of gemm (backend {BACKEND}) only has a kernel "
             f"for {_DEVICE_TYPE} tensors"
@@ -182,7 +182,7 @@ def _output(
     if out is None:
         return torch.empty((M, N), dtype=torch.bfloat16, device=like.device)
     _check_tensor(name, out, (M, N), torch.bfloat16, like, ("M", "N"))
-    if not torch.compiler.is_compiling() and out.device.type != "meta":
+    if not torch.compiler.is_compiling():
         for t in inputs:
             if out.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
                 raise ValueError(f"{name} must not share memory with an input")

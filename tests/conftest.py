@@ -1,0 +1,111 @@
+"""Fixtures shared by the test suite: the built variant, loaded through the `kernels` loader (never
+imported from the source tree), and fresh random problems in both layouts."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+BUILD_DIR = Path(os.environ.get("GEMM_BUILD_DIR", REPO_ROOT / "build"))
+BLOCK = 128
+
+
+@pytest.fixture(scope="session")
+def build_dir() -> Path:
+    return BUILD_DIR
+
+
+@pytest.fixture(scope="session")
+def variant_dir(build_dir: Path) -> Path:
+    from scripts import variant
+
+    chosen = variant.loader_choice(build_dir)
+    if chosen is None:
+        pytest.fail(f"no variant for this machine in {build_dir}: run `make build` first")
+    return build_dir / chosen
+
+
+@pytest.fixture(scope="session")
+def kernel(variant_dir: Path):
+    """The gemm module as users get it: through kernels' loader, from the build directory."""
+    from kernels import get_local_kernel
+
+    return get_local_kernel(variant_dir.parent)
+
+
+@pytest.fixture(scope="session")
+def device(kernel) -> str:
+    if kernel.BACKEND == "cpu":
+        return "cpu"
+    if not torch.cuda.is_available():
+        pytest.skip(f"the {kernel.BACKEND} variant needs a GPU, and this machine has none")
+    return "cuda"
+
+
+@dataclass
+class Problem:
+    """One random instance in the seed layout; `natural()` gives the same product in the natural layout."""
+
+    a: torch.Tensor  # (K, M)
+    b: torch.Tensor  # (K, N)
+    a_scale: torch.Tensor  # (K/128, M)
+    b_scale: torch.Tensor  # (K/128, ceil(N/128))
+
+    @property
+    def mnk(self) -> tuple[int, int, int]:
+        return self.a.shape[1], self.b.shape[1], self.a.shape[0]
+
+    def natural(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (M, K), w (N, K), x_scale (M, K/128), w_scale (ceil(N/128), K/128): the same product."""
+        return (
+            self.a.T.contiguous(),
+            self.b.T.contiguous(),
+            self.a_scale.T.contiguous(),
+            self.b_scale.T.contiguous(),
+        )
+
+
+def make_problem(m: int, n: int, k: int, dtype: torch.dtype, device: str, seed: int) -> Problem:
+    """randn values cast to FP8 and randn (signed) scales, as the challenge draws them; never zeros."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen).to(device)
+
+    nb = (n + BLOCK - 1) // BLOCK
+    return Problem(
+        a=randn(k, m).to(dtype),
+        b=randn(k, n).to(dtype),
+        a_scale=randn(k // BLOCK, m),
+        b_scale=randn(k // BLOCK, nb),
+    )
+
+
+def poisoned_output(m: int, n: int, device: str) -> torch.Tensor:
+    """An output full of NaN: any element the kernel fails to write shows up."""
+    return torch.full((m, n), float("nan"), dtype=torch.bfloat16, device=device)
+
+
+def assert_matches(out: torch.Tensor, ref: torch.Tensor, what: str) -> None:
+    """The contract's tolerance, elementwise, with a message that locates the worst element."""
+    out32, ref32 = out.float(), ref.float()
+    assert torch.isfinite(out32).all(), f"{what}: {(~torch.isfinite(out32)).sum()} elements unwritten or non-finite"
+    err = (out32 - ref32).abs()
+    bound = 1e-3 + 2e-2 * ref32.abs()
+    bad = err > bound
+    if bad.any():
+        worst = int((err - bound).argmax())
+        row, col = divmod(worst, out.shape[1])
+        pytest.fail(
+            f"{what}: {int(bad.sum())} of {bad.numel()} elements out of tolerance; worst at ({row}, {col}): "
+            f"got {out32[row, col].item()}, expected {ref32[row, col].item()}"
+        )

@@ -1,0 +1,126 @@
+"""Every bad-input class of the contract raises a Python exception naming the argument, and the
+output is left untouched."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.conftest import make_problem
+
+M, N, K = 64, 200, 256
+
+
+@pytest.fixture
+def seed_args(kernel, device):
+    p = make_problem(M, N, K, kernel.SUPPORTED_DTYPES[0], device, seed=7)
+    c = torch.full((M, N), 3.0, dtype=torch.bfloat16, device=device)
+    return {"a": p.a, "b": p.b, "a_scale": p.a_scale, "b_scale": p.b_scale, "c": c}
+
+
+@pytest.fixture
+def natural_args(kernel, device):
+    x, w, xs, ws = make_problem(M, N, K, kernel.SUPPORTED_DTYPES[0], device, seed=8).natural()
+    out = torch.full((M, N), 3.0, dtype=torch.bfloat16, device=device)
+    return {"x": x, "w": w, "x_scale": xs, "w_scale": ws, "out": out}
+
+
+def _expect_error(fn, args: dict, out_name: str, error, *words: str) -> None:
+    out = args[out_name]
+    before = out.clone() if isinstance(out, torch.Tensor) else None
+    with pytest.raises(error) as info:
+        fn(**args)
+    message = str(info.value)
+    for word in words:
+        assert word in message, f"error message {message!r} lacks {word!r}"
+    if before is not None and isinstance(out, torch.Tensor) and out.shape == before.shape:
+        assert torch.equal(out, before), f"{out_name} was modified by a rejected call"
+
+
+# (argument to replace, how to break it, exception, words the message must contain)
+SEED_CASES = {
+    "a wrong dtype": ("a", lambda v: v.to(torch.float16), TypeError, ("a must be", "float16")),
+    "b other fp8 dtype": ("b", lambda v: v.view(torch.uint8), TypeError, ("b must",)),
+    "a not a tensor": ("a", lambda v: v.tolist(), TypeError, ("a must be a torch.Tensor",)),
+    "a 3-D": ("a", lambda v: v.unsqueeze(0), ValueError, ("a must be 2-D",)),
+    "a challenge view": ("a", lambda v: v.T, ValueError, ("a must be a row-major contiguous (K, M)", "pass a.T")),
+    "b challenge view": ("b", lambda v: v.T, ValueError, ("pass b.T",)),
+    "a strided": ("a", lambda v: torch.cat([v, v], 1)[:, ::2], ValueError, ("a must be row-major",)),
+    "b wrong K": ("b", lambda v: v[:128].contiguous(), ValueError, ("b must have shape (K, N)",)),
+    "a_scale wrong shape": ("a_scale", lambda v: v[:, :10].contiguous(), ValueError, ("a_scale", "(K/128, M)")),
+    "a_scale transposed": ("a_scale", lambda v: v.T.contiguous(), ValueError, ("a_scale", "pass a_scale.T")),
+    "a_scale float16": ("a_scale", lambda v: v.half(), TypeError, ("a_scale must be torch.float32",)),
+    "b_scale wrong shape": ("b_scale", lambda v: v[:, :1].contiguous(), ValueError, ("b_scale", "ceil(N/128)")),
+    "c wrong dtype": ("c", lambda v: v.float(), TypeError, ("c must be torch.bfloat16",)),
+    "c wrong shape": ("c", lambda v: v[:, :100].contiguous(), ValueError, ("c must have shape",)),
+    "c transposed": ("c", lambda v: v.T.contiguous().T, ValueError, ("c", "row-major")),
+    "b on meta": ("b", lambda v: v.to("meta"), ValueError, ("b is on meta",)),
+}
+
+
+@pytest.mark.parametrize("case", list(SEED_CASES), ids=list(SEED_CASES))
+def test_seed_layout_rejects(kernel, seed_args, case):
+    name, breaks, error, words = SEED_CASES[case]
+    seed_args[name] = breaks(seed_args[name])
+    _expect_error(kernel.gemm, seed_args, "c", error, *words)
+
+
+NATURAL_CASES = {
+    "x wrong dtype": ("x", lambda v: v.to(torch.bfloat16), TypeError, ("x must be",)),
+    "x transposed": ("x", lambda v: v.T.contiguous().T, ValueError, ("x", ".T")),
+    "w wrong K": ("w", lambda v: v[:, :128].contiguous(), ValueError, ("w must have shape (N, K)",)),
+    "x_scale transposed": ("x_scale", lambda v: v.T.contiguous(), ValueError, ("pass x_scale.T",)),
+    "w_scale wrong shape": ("w_scale", lambda v: v[:1].contiguous(), ValueError, ("w_scale", "ceil(N/128)")),
+    "out wrong shape": ("out", lambda v: v[:10].contiguous(), ValueError, ("out must have shape",)),
+}
+
+
+@pytest.mark.parametrize("case", list(NATURAL_CASES), ids=list(NATURAL_CASES))
+def test_natural_layout_rejects(kernel, natural_args, case):
+    name, breaks, error, words = NATURAL_CASES[case]
+    natural_args[name] = breaks(natural_args[name])
+    _expect_error(kernel.gemm_natural, natural_args, "out", error, *words)
+
+
+def test_k_not_multiple_of_128(kernel, device):
+    dtype = kernel.SUPPORTED_DTYPES[0]
+    a = torch.randn(200, 8, device=device).to(dtype)
+    b = torch.randn(200, 8, device=device).to(dtype)
+    with pytest.raises(ValueError, match=r"K \(a.shape\[0\]\) must be a positive multiple of 128, got 200"):
+        kernel.gemm(a, b, torch.ones(1, 8, device=device), torch.ones(1, 1, device=device))
+
+
+def test_mismatched_fp8_dtypes(kernel, seed_args):
+    other = [d for d in (torch.float8_e4m3fn, torch.float8_e4m3fnuz) if d != seed_args["a"].dtype][0]
+    if other not in kernel.SUPPORTED_DTYPES:
+        pytest.skip(f"the {kernel.BACKEND} backend takes only {kernel.SUPPORTED_DTYPES}")
+    seed_args["b"] = seed_args["b"].view(other)
+    _expect_error(kernel.gemm, seed_args, "c", TypeError, "b must have the same dtype")
+
+
+def test_unsupported_device(kernel, seed_args):
+    """Tensors on a device this build has no kernel for (meta stands in for any such device)."""
+    args = {k: v.to("meta") for k, v in seed_args.items()}
+    with pytest.raises(ValueError, match=f"a is on meta, but this build of gemm \\(backend {kernel.BACKEND}\\)"):
+        kernel.gemm(**args)
+
+
+def test_output_aliasing_an_input(kernel, device):
+    dtype = kernel.SUPPORTED_DTYPES[0]
+    storage = torch.randn(K * M, device=device)  # 4 bytes per element: room for both views
+    a = storage.view(torch.uint8)[: K * M].view(dtype).view(K, M)
+    c = storage.view(torch.bfloat16)[: M * N].view(M, N)
+    p = make_problem(M, N, K, dtype, device, seed=9)
+    with pytest.raises(ValueError, match="c must not share memory with an input"):
+        kernel.gemm(a, p.b, p.a_scale, p.b_scale, c)
+
+
+def test_direct_op_call_is_checked_in_cpp(kernel, seed_args):
+    """Callers that bypass the Python wrapper get a RuntimeError from the binding, not a crash."""
+    args = dict(seed_args)
+    args["b_scale"] = args["b_scale"][:, :1].contiguous()
+    with pytest.raises(RuntimeError, match="b_scale must have shape"):
+        kernel.ops.gemm(args["a"], args["b"], args["a_scale"], args["b_scale"], args["c"])
+    x = args["a"].T.contiguous()
+    with pytest.raises(RuntimeError, match="w_scale must have shape"):
+        kernel.ops.gemm_natural(x, x, args["a_scale"].T.contiguous(), args["a_scale"], args["c"])

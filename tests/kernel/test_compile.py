@@ -1,0 +1,35 @@
+"""The op under torch.compile (its fake implementation lets Dynamo trace it) and torch's opcheck."""
+
+from __future__ import annotations
+
+import torch
+
+from tests.conftest import assert_matches, make_problem
+
+
+def test_torch_compile_fullgraph(kernel, device):
+    p = make_problem(96, 300, 256, kernel.SUPPORTED_DTYPES[0], device, seed=21)
+
+    def both_layouts(a, b, a_scale, b_scale):
+        seed = kernel.gemm(a, b, a_scale, b_scale)
+        natural = kernel.gemm_natural(a.T.contiguous(), b.T.contiguous(), a_scale.T.contiguous(), b_scale.T.contiguous())
+        return seed.float() + natural.float()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(both_layouts, fullgraph=True, backend="aot_eager")
+    got = compiled(p.a, p.b, p.a_scale, p.b_scale)
+    ref = kernel.reference.gemm_reference(p.a, p.b, p.a_scale, p.b_scale).float() * 2
+    assert_matches(got, ref, "compiled")
+
+
+UTILS = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+
+
+def test_opcheck(kernel, device):
+    """Fake kernel and dispatch registrations agree (torch.library.opcheck). Its test_schema step is left
+    out: it multiplies the inputs, and torch has no multiply for float8 tensors."""
+    p = make_problem(64, 128, 256, kernel.SUPPORTED_DTYPES[0], device, seed=22)
+    c = torch.empty(64, 128, dtype=torch.bfloat16, device=device)
+    torch.library.opcheck(kernel.ops.gemm.default, (p.a, p.b, p.a_scale, p.b_scale, c), test_utils=UTILS)
+    x, w, xs, ws = p.natural()
+    torch.library.opcheck(kernel.ops.gemm_natural.default, (x, w, xs, ws, c), test_utils=UTILS)

@@ -1,0 +1,82 @@
+"""The built variant against the fp32 reference: all 29 challenge shapes and odd ones, every FP8
+dtype the backend takes, both layouts, poisoned outputs, signed scales, fresh random data."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from benchmarks.problem import BENCH_SHAPES, TEST_SHAPES
+from tests.conftest import assert_matches, make_problem, poisoned_output
+
+# Shapes the challenge never used: M = 1, odd M and N, N not a multiple of 128, K = 128.
+ODD_SHAPES = [(1, 1, 128), (1, 129, 256), (7, 200, 128), (33, 1000, 384), (257, 129, 256), (130, 255, 1152)]
+SHAPES = list(TEST_SHAPES) + list(BENCH_SHAPES) + ODD_SHAPES
+_seeds = itertools.count(1000)
+
+
+def _id(shape: tuple[int, int, int]) -> str:
+    return "x".join(map(str, shape))
+
+
+@pytest.fixture(params=["float8_e4m3fn", "float8_e4m3fnuz"])
+def dtype(request, kernel) -> torch.dtype:
+    dtype = getattr(torch, request.param)
+    if dtype not in kernel.SUPPORTED_DTYPES:
+        pytest.skip(f"the {kernel.BACKEND} backend computes in {kernel.SUPPORTED_DTYPES}, not {dtype}")
+    return dtype
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=_id)
+def test_seed_layout(kernel, device, dtype, shape):
+    m, n, k = shape
+    seed = next(_seeds)
+    p = make_problem(m, n, k, dtype, device, seed)
+    c = poisoned_output(m, n, device)
+    out = kernel.gemm(p.a, p.b, p.a_scale, p.b_scale, c)
+    assert out is c
+    ref = kernel.reference.gemm_reference(p.a, p.b, p.a_scale, p.b_scale)
+    assert_matches(c, ref, f"gemm {_id(shape)} {dtype} seed={seed}")
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=_id)
+def test_natural_layout(kernel, device, dtype, shape):
+    m, n, k = shape
+    seed = next(_seeds)
+    x, w, x_scale, w_scale = make_problem(m, n, k, dtype, device, seed).natural()
+    out = poisoned_output(m, n, device)
+    assert kernel.gemm_natural(x, w, x_scale, w_scale, out) is out
+    ref = kernel.reference.gemm_natural_reference(x, w, x_scale, w_scale)
+    assert_matches(out, ref, f"gemm_natural {_id(shape)} {dtype} seed={seed}")
+
+
+def test_layouts_agree_and_allocate_output(kernel, device):
+    """Both entry points compute the same product; c=None allocates a fresh bf16 output."""
+    p = make_problem(100, 300, 512, kernel.SUPPORTED_DTYPES[0], device, next(_seeds))
+    seed_out = kernel.gemm(p.a, p.b, p.a_scale, p.b_scale)
+    natural_out = kernel.gemm_natural(*p.natural())
+    assert seed_out.dtype == natural_out.dtype == torch.bfloat16
+    assert seed_out.shape == natural_out.shape == (100, 300)
+    assert_matches(natural_out, seed_out, "natural vs seed layout")
+
+
+def test_challenge_views_pass_through_transpose(kernel, device):
+    """A caller holding the challenge's views (a as (M, K) with strides (1, M)) passes .T: zero-copy."""
+    p = make_problem(64, 576, 256, kernel.SUPPORTED_DTYPES[0], device, next(_seeds))
+    a_view, b_view = p.a.T, p.b.T
+    out = kernel.gemm(a_view.T, b_view.T, p.a_scale.T.T, p.b_scale.T.T)
+    assert a_view.T.data_ptr() == p.a.data_ptr()
+    assert_matches(out, kernel.reference.gemm_reference(p.a, p.b, p.a_scale, p.b_scale), "views")
+
+
+def test_scale_signs_matter(kernel, device):
+    """Negating one K-block's scales changes the result: the scales are really applied per block."""
+    p = make_problem(64, 256, 256, kernel.SUPPORTED_DTYPES[0], device, next(_seeds))
+    base = kernel.gemm(p.a, p.b, p.a_scale, p.b_scale)
+    flipped_scale = p.a_scale.clone()
+    flipped_scale[1] = -flipped_scale[1]
+    flipped = kernel.gemm(p.a, p.b, flipped_scale, p.b_scale)
+    assert not torch.equal(base, flipped)
+    assert_matches(flipped, kernel.reference.gemm_reference(p.a, p.b, flipped_scale, p.b_scale), "flipped block")
