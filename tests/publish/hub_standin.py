@@ -117,7 +117,7 @@ class HubStandin:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
         self._thread.start()
         return self
 
@@ -234,6 +234,7 @@ class HubStandin:
 class _Handler(BaseHTTPRequestHandler):
     hub: HubStandin
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are separate writes: avoid 40 ms delayed-ACK stalls
 
     def log_message(self, *args) -> None:  # keep pytest output quiet
         pass

@@ -398,3 +398,26 @@ def test_trusted_publishing_failure_is_explained(hub, project, run_publish, monk
     rc, out = run_publish(token=None)
     assert rc == 1 and "trusted publishing" in out and "id-token: write" in out
     assert hub.requests == []
+
+
+def test_new_branch_holds_only_this_release_and_stale_benchmarks_go(hub, project, run_publish):
+    hub.create_repo(REPO)
+    hub.commit_direct(
+        REPO,
+        "main",
+        {"build/torch212-cxx11-cpu-x86_64-linux/__init__.py": b"old\n", "benchmarks/notes.txt": b"keep?\n"},
+    )
+    project.variant(CPU)
+    assert run_publish()[0] == 0
+    v1 = hub.files(REPO, "v1")
+    assert not any(p.startswith("build/torch212") for p in v1)  # a new version branch starts clean
+    assert "benchmarks/notes.txt" not in v1
+    assert "build/torch212-cxx11-cpu-x86_64-linux/__init__.py" in hub.files(REPO, "main")  # main untouched
+
+    # On the existing branch: a benchmark*.py no longer present is deleted, other files kept.
+    hub.commit_direct(REPO, "v1", {"benchmarks/benchmark_old.py": b"# old\n", "benchmarks/data.csv": b"1\n"})
+    rc, out = run_publish()
+    assert rc == 0, out
+    v1 = hub.files(REPO, "v1")
+    assert "benchmarks/benchmark_old.py" not in v1 and "benchmarks/data.csv" in v1
+    assert "benchmarks/benchmark_gemm.py" in v1
