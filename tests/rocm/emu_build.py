@@ -56,6 +56,12 @@ class Builder:
         self.root.mkdir(parents=True, exist_ok=True)
         self._done: dict[str, Path] = {}
 
+    @classmethod
+    def for_session(cls, tmp_path_factory, name: str) -> "Builder":
+        """A builder in this session's temp dir, or in $GEMM_EMU_CACHE (kept between runs) if set."""
+        cache = os.environ.get("GEMM_EMU_CACHE")
+        return cls(Path(cache) / name if cache else tmp_path_factory.mktemp(name))
+
     def build(self, source: Path, sanitizer: str, extra_flags: tuple[str, ...] = (),
               include_dirs: tuple[Path, ...] = ()) -> Path:
         if sanitizer not in SANITIZER_FLAGS:

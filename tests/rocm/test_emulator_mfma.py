@@ -33,7 +33,7 @@ FP8 = torch.float8_e4m3fnuz
 
 @pytest.fixture(scope="module")
 def builder(tmp_path_factory):
-    return emu_build.Builder(tmp_path_factory.mktemp("emu_selftest"))
+    return emu_build.Builder.for_session(tmp_path_factory, "emu_selftest")
 
 
 def _seed() -> int:

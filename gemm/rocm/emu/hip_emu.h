@@ -32,8 +32,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
+#include <ctime>
 #include <cmath>
-#include <condition_variable>
 #include <cstdarg>
 #include <cstddef>
 #include <cstdint>
@@ -47,6 +48,10 @@
 #include <thread>
 #include <type_traits>
 #include <vector>
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #ifndef __has_feature
 #define __has_feature(x) 0
@@ -119,36 +124,44 @@ inline double timeout_seconds() {
   return t;
 }
 
+// Futex wait/wake on a 32-bit word (Linux). Only a sleeping mechanism: the ordering between
+// threads comes from the atomics and the mutex below, which the sanitizers understand.
+inline void futex_wait(std::atomic<uint32_t> *word, uint32_t expected, double seconds) {
+  timespec ts;
+  ts.tv_sec = time_t(seconds);
+  ts.tv_nsec = long((seconds - double(ts.tv_sec)) * 1e9);
+  syscall(SYS_futex, reinterpret_cast<uint32_t *>(word), FUTEX_WAIT_PRIVATE, expected, &ts, nullptr, 0);
+}
+inline void futex_wake_all(std::atomic<uint32_t> *word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t *>(word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+
 // A reusable rendezvous of `expected` threads; the last arriver runs `complete` under the lock
-// before anyone leaves (so the gathered operands and the results are ordered by the mutex).
+// before anyone leaves (so the gathered operands and the results are ordered by the mutex and the
+// release/acquire of the generation counter). Waiters sleep on a futex, not on a condition
+// variable, so a completed rendezvous does not make 63 threads queue for the mutex again.
 class Rendezvous {
  public:
   explicit Rendezvous(int expected = 0) : expected_(expected) {}
   void reset(int expected) {
     expected_ = expected;
     arrived_ = 0;
-    generation_ = 0;
+    generation_.store(0, std::memory_order_relaxed);
   }
 
   template <class F>
   void arrive(F &&complete, const char *what) {
-    std::unique_lock<std::mutex> lk(mu_);
-    const uint64_t g = generation_;
-    if (++arrived_ == expected_) {
-      complete();
-      arrived_ = 0;
-      ++generation_;
-      cv_.notify_all();
-      return;
-    }
-    const auto limit = std::chrono::duration<double>(timeout_seconds());
-    while (generation_ == g) {
-      if (cv_.wait_for(lk, limit) == std::cv_status::timeout && generation_ == g) {
-        fail("deadlock: %s waited %ld s with %ld threads arrived (divergent barrier or wave "
-             "instruction?)",
-             what, (long)timeout_seconds(), (long)arrived_);
+    uint32_t g;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      g = generation_.load(std::memory_order_relaxed);
+      if (++arrived_ == expected_) {
+        complete();
+        release_locked(g);
+        return;
       }
     }
+    wait(g, what);
   }
 
   // A thread leaves for good (returned from the kernel). If everyone else is already waiting,
@@ -159,18 +172,43 @@ class Rendezvous {
     --expected_;
     if (arrived_ > 0 && arrived_ == expected_) {
       complete();
-      arrived_ = 0;
-      ++generation_;
-      cv_.notify_all();
+      release_locked(generation_.load(std::memory_order_relaxed));
     }
   }
 
  private:
+  void release_locked(uint32_t g) {
+    arrived_ = 0;
+    generation_.store(g + 1, std::memory_order_release);
+    futex_wake_all(&generation_);
+  }
+
+  void wait(uint32_t g, const char *what) {
+    for (int spin = 0; spin < 16; ++spin) {
+      if (generation_.load(std::memory_order_acquire) != g) return;
+      std::this_thread::yield();
+    }
+    const auto start = std::chrono::steady_clock::now();
+    while (generation_.load(std::memory_order_acquire) == g) {
+      futex_wait(&generation_, g, 1.0);
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (waited > timeout_seconds() && generation_.load(std::memory_order_acquire) == g) {
+        int arrived;
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          arrived = arrived_;
+        }
+        fail("deadlock: %s waited %.0f s with %d of the threads arrived (divergent barrier or wave "
+             "instruction?)",
+             what, waited, arrived);
+      }
+    }
+  }
+
   std::mutex mu_;
-  std::condition_variable cv_;
   int expected_ = 0;
   int arrived_ = 0;
-  uint64_t generation_ = 0;
+  std::atomic<uint32_t> generation_{0};
 };
 
 enum class Op : int {
