@@ -48,7 +48,9 @@ def _cell(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:.4g}"
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        return f"{value:.4g}" if abs(value) >= 1 else f"{value:.3g}"
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
@@ -64,6 +66,8 @@ def load_benchmarks(results_dir: Path) -> list[dict[str, Any]]:
     if not results_dir.is_dir():
         return rows
     for path in sorted(results_dir.glob("*/*.json")):
+        if path.parent.name == "tmp":  # scratch output (git-ignored), not results
+            continue
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
@@ -118,6 +122,9 @@ def _is_scalar(v: Any) -> bool:
 def _bench_section(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "No benchmark results were published with this release."
+    note = ""
+    if any(k.startswith("ratio_vs_") for row in rows for k in row):
+        note = "\n\n`speedup vs X` is X's time divided by ours on the same shape and layout (above 1: we are faster)."
     keys: list[str] = []
     for row in rows:
         for k in row:
@@ -126,10 +133,19 @@ def _bench_section(rows: list[dict[str, Any]]) -> str:
     ordered = [k for k in _BENCH_PREFERRED if k in keys] + [k for k in keys if k not in _BENCH_PREFERRED]
     columns = ordered[:MAX_BENCH_COLUMNS]
     shown = rows[:MAX_BENCH_ROWS]
-    text = _table(columns, [[row.get(c) for c in columns] for row in shown])
+    text = _table([_label(c) for c in columns], [[row.get(c) for c in columns] for row in shown])
     if len(rows) > len(shown):
         text += f"\n\n({len(rows) - len(shown)} more rows in `benchmarks/results/`.)"
-    return text
+    return text + note
+
+
+_LABELS = {"us": "time (us)", "tflops": "TFLOP/s", "pct_sol": "% of peak", "m": "M", "n": "N", "k": "K"}
+
+
+def _label(key: str) -> str:
+    if key.startswith("ratio_vs_"):
+        return f"speedup vs {key[len('ratio_vs_') :]}"
+    return _LABELS.get(key, key)
 
 
 def _variant_row(name: str, meta: dict[str, Any]) -> list[Any]:

@@ -13,6 +13,8 @@ import pytest
 from scripts import publish
 from tests.publish.conftest import CPU, CUDA, READ_TOKEN, REPO, ROCM, WRITE_TOKEN, writes
 
+pytestmark = pytest.mark.filterwarnings("ignore:Use .content=.:DeprecationWarning")  # inside huggingface_hub
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -78,6 +80,7 @@ def test_first_publish(hub, project, run_publish):
     card = hub.files(REPO, "main")["README.md"].decode()
     assert f'get_kernel("{REPO}", version=1)' in card and "gemm_natural(" in card
     assert f"`{CPU}`" in card and f"`{ROCM}`" in card and "gfx942" in card
+    assert "| platform | layout | impl | M | N | K | time (us) | TFLOP/s | % of peak | speedup vs torch |" in card
     assert "| MI300X | seed | gemm | 1024 | 1536 | 7168 | 26.4 | 812.5 | 31.2 | 3.75 |" in card
     assert "216.7" not in card  # peers appear as ratios, not rows
     assert "README.md" not in hub.files(REPO, "v1") or hub.files(REPO, "v1")["README.md"] != card.encode()
