@@ -13,6 +13,11 @@ faults (`hub.inject("commit", 500, times=9)`), run hooks just before a route is 
 
 Xet is not emulated (its CAS protocol lives inside hf_xet); tests set HF_HUB_DISABLE_XET so the
 client takes the git-LFS path, which goes through the same preupload step.
+
+Assumptions where the Hub's behaviour is not documented: a kernel repository that still awaits
+Hugging Face's approval is answered with 403 and a message mentioning "approval" (the publisher keys
+on that word and mentions approval as a possible cause of any other 403 too); a stale
+parent_commit gets 412 "A commit has happened since. Please refresh and try again." (as the Hub does).
 """
 
 from __future__ import annotations
