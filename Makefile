@@ -1,0 +1,50 @@
+# The two set-up commands of a fresh machine: `make build` (the kernel for this machine, proven to load
+# through `kernels`) and `make test` (every test). Everything else is a thin call into scripts/.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The torch this machine builds against: the CPU wheel by default; a GPU machine passes its own spec.
+TORCH_SPEC ?= torch==2.13.0
+BUILD_DIR ?= build
+
+# Filters for docker-build (empty means every matrix entry) and the publisher's target.
+TORCH ?=
+ROCM ?=
+BASE_IMAGE ?=
+REPO ?=
+DRY_RUN ?=
+
+.PHONY: venv build test lint gate docker-build publish bench clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements/build.txt requirements/dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)" -r requirements/dev.txt
+	touch $@
+
+build: venv
+	$(PY) -m scripts.build --out $(BUILD_DIR)
+
+test: build
+	$(PY) -m scripts.lint
+	$(PY) -m pytest tests/
+
+lint: venv
+	$(PY) -m scripts.lint
+
+gate: venv
+	$(PY) -m scripts.gfx942_gate
+
+docker-build: venv
+	$(PY) -m scripts.docker_build --torch "$(TORCH)" --rocm "$(ROCM)" --base-image "$(BASE_IMAGE)"
+
+publish: venv
+	$(PY) -m scripts.publish --build-dir $(BUILD_DIR) $(if $(REPO),--repo $(REPO)) $(if $(DRY_RUN),--dry-run)
+
+bench: build
+	$(PY) -m benchmarks.run --build-dir $(BUILD_DIR)
+
+clean:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,144 @@
+"""The build stage's promises: build.toml checked by the official parser, the variant named and chosen
+as the kernels loader does, valid metadata with a digest that matches, and three ways of loading."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kernels_data import Metadata
+
+from scripts import buildconfig, check, variant
+from scripts.common import CheckError, ConfigError
+from tests.conftest import REPO_ROOT
+
+
+def test_build_toml_accepted_by_official_parser():
+    config = buildconfig.load(REPO_ROOT)
+    assert config.name == "gemm" and config.version == 1
+    assert set(config.backends) == {"cpu", "cuda", "rocm"}
+    assert config.kernel_for("rocm").archs == ("gfx942",)
+    assert config.kernel_for("cuda").archs == ("9.0a",)
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        ("edition = 5", "edition = 5\nunknown-key = 1"),
+        ('backend = "rocm"', 'backend = "tpu-of-the-future"'),
+        ('name = "gemm"', 'name = "Not_A_Kernel_Name"'),
+    ],
+    ids=["unknown key", "unknown backend", "bad name"],
+)
+def test_broken_build_toml_rejected(tmp_path, breakage):
+    old, new = breakage
+    text = (REPO_ROOT / "build.toml").read_text()
+    assert old in text
+    (tmp_path / "build.toml").write_text(text.replace(old, new, 1))
+    with pytest.raises(ConfigError, match="build.toml is invalid"):
+        buildconfig.load(tmp_path)
+
+
+def test_variant_name_is_the_loaders_choice(variant_dir, build_dir):
+    assert variant_dir.name == variant.variant_name()
+    assert variant.loader_choice(build_dir) == variant_dir.name
+
+
+def test_metadata_valid_and_digest_matches(variant_dir):
+    meta = Metadata.read_from_file(variant_dir / "metadata.json")
+    raw = json.loads((variant_dir / "metadata.json").read_text())
+    assert str(meta.name) == "gemm" and meta.version == 1
+    assert meta.id == raw["id"] and raw["id"].startswith(f"_gemm_{raw['backend']['type']}_")
+    assert (variant_dir / f"{meta.id}.abi3.so").is_file()
+    assert sorted(raw["digest"]["files"]) == sorted(
+        p.relative_to(variant_dir).as_posix()
+        for p in variant_dir.rglob("*")
+        if p.is_file() and p.name != "metadata.json" and "__pycache__" not in p.parts
+    )
+    check.verify_digest(variant_dir)
+    assert raw["checks"]["loader"]["ok"] and raw["checks"]["smoke"]["ok"]
+    assert "ok" in raw["checks"]["abi"]
+    assert raw["build"]["torch"] and raw["provenance"]["kernel-builder"]["version"]
+
+
+def test_tampered_variant_fails_digest(variant_dir, tmp_path):
+    copy = tmp_path / variant_dir.name
+    shutil.copytree(variant_dir, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    so = next(copy.glob("*.so"))
+    so.write_bytes(so.read_bytes()[: so.stat().st_size // 2])  # a truncated upload
+    with pytest.raises(CheckError, match="does not match its digest"):
+        check.verify_digest(copy)
+
+
+def test_loader_rejects_misnamed_variant(variant_dir, tmp_path):
+    """A build whose directory name the loader would not choose fails the check."""
+    wrong = tmp_path / variant_dir.name.replace("torch", "torch1", 1)  # torch1213: another torch
+    shutil.copytree(variant_dir, wrong, ignore=shutil.ignore_patterns("__pycache__"))
+    with pytest.raises(CheckError, match="the kernels loader would load"):
+        check.loader_verdict(wrong, tmp_path, "cpu")
+
+
+def _run_python(code: str, env: dict[str, str]) -> str:
+    base = {k: v for k, v in os.environ.items() if k != "LOCAL_KERNELS"}
+    proc = subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True, cwd="/")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+_CALL = """
+import torch
+k = {load}
+a = torch.randn(256, 8).to(k.SUPPORTED_DTYPES[0]); b = torch.randn(256, 130).to(k.SUPPORTED_DTYPES[0])
+sa = torch.randn(2, 8); sb = torch.randn(2, 2)
+ok = k.reference.within_tolerance(k.gemm(a, b, sa, sb), k.reference.gemm_reference(a, b, sa, sb)).all()
+print(k.__name__, bool(ok))
+"""
+
+
+def test_loads_with_local_kernels_override(variant_dir, build_dir):
+    if variant.torch_backend().name != "cpu":
+        pytest.skip("the call below runs on the CPU")
+    out = _run_python(
+        _CALL.format(load='__import__("kernels").get_kernel("kernels-community/gemm", version=1)'),
+        {"LOCAL_KERNELS": f"kernels-community/gemm={build_dir.parent}", "HF_HUB_OFFLINE": "1"},
+    )
+    assert out.split()[-1] == "True"
+
+
+def test_loads_from_offline_hub_cache(variant_dir, tmp_path):
+    """The Hub path without a network: a cache laid out as huggingface_hub stores a downloaded kernel."""
+    if variant.torch_backend().name != "cpu":
+        pytest.skip("the call below runs on the CPU")
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "kernels--acme--gemm"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "v1").write_text(commit)
+    shutil.copytree(
+        variant_dir,
+        repo / "snapshots" / commit / "build" / variant_dir.name,
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    out = _run_python(
+        _CALL.format(load='__import__("kernels").get_kernel("acme/gemm", version=1)'),
+        {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"},
+    )
+    assert out.split()[-1] == "True"
+    assert "snapshots" not in out  # loaded under the metadata id, not imported from a source tree
+
+
+def test_build_is_atomic_and_reproducible(tmp_path):
+    """A second build into a fresh directory gives the same ops name and the same non-binary files."""
+    from scripts import build as build_stage
+
+    config = buildconfig.load(REPO_ROOT)
+    backend = variant.torch_backend().name
+    plan_a = build_stage.make_plan(config, backend, tmp_path / "a")
+    plan_b = build_stage.make_plan(config, backend, tmp_path / "b")
+    assert plan_a.ops_name == plan_b.ops_name
+    assert plan_a.variant == variant.variant_name()
+    assert not list(Path(REPO_ROOT / "build").glob(".staging-*")), "a half-built variant was left behind"
