@@ -131,10 +131,6 @@ def environment(torch_mod, backend: str, gpu: str | None, variant_dir: Path | No
             sm_count=props.multi_processor_count,
             driver=_cmd("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"),
         )
-        try:
-            env["cublaslt"] = torch_mod._C._cuda_getCompiledVersion()
-        except Exception:
-            pass
     elif backend == "rocm":
         props = torch_mod.cuda.get_device_properties(0)
         env.update(

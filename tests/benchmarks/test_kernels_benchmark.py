@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,10 @@ def classes():
 def test_workloads_are_the_shape_list(classes):
     import torch
 
+    script = sys.modules[next(iter(classes.values())).__module__]
+    assert script.TEST_SHAPES == list(problem.TEST_SHAPES)
+    assert script.BENCH_SHAPES == list(problem.BENCH_SHAPES)
+    assert script.CPU_SHAPES == list(problem.CPU_DEFAULT_SHAPES)
     assert set(classes) == {"GemmSeedBenchmark", "GemmNaturalBenchmark"}
     expected = problem.SHAPE_SETS["all" if torch.cuda.is_available() else "cpu-default"]
     for cls in classes.values():
@@ -44,3 +49,14 @@ def test_kernels_runner_verifies_a_workload(classes, variant_dir, kernel):
             tiny, iterations=2, warmup=1, repo_id=str(variant_dir.parent), is_local=True, revision="local"
         )
         assert results["m64_n64_k128"].verified is True
+
+
+def test_its_reference_is_the_harness_reference(classes):
+    import torch
+
+    script = sys.modules[next(iter(classes.values())).__module__]
+    inp = script._Inputs(40, 300, 384, "cpu", torch.float8_e4m3fn, scale_std=0.1, seed=3)
+    same = problem.Inputs(problem.Shape(40, 300, 384), inp.x, inp.w, inp.x_scale, inp.w_scale,
+                          inp.a, inp.b, inp.a_scale, inp.b_scale)  # fmt: skip
+    assert torch.equal(inp.reference(), problem.reference(same).to(torch.bfloat16))
+    assert torch.equal(inp.a, inp.x.t()) and torch.equal(inp.b_scale, inp.w_scale.t())
