@@ -3,10 +3,10 @@ and flags read with tomllib (the parser does not expose them). Everything downst
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+import tomllib
 from kernels._rust import Build
 
 from .common import REPO_ROOT, ConfigError

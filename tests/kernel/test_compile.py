@@ -12,7 +12,9 @@ def test_torch_compile_fullgraph(kernel, device):
 
     def both_layouts(a, b, a_scale, b_scale):
         seed = kernel.gemm(a, b, a_scale, b_scale)
-        natural = kernel.gemm_natural(a.T.contiguous(), b.T.contiguous(), a_scale.T.contiguous(), b_scale.T.contiguous())
+        natural = kernel.gemm_natural(
+            a.T.contiguous(), b.T.contiguous(), a_scale.T.contiguous(), b_scale.T.contiguous()
+        )
         return seed.float() + natural.float()
 
     torch._dynamo.reset()
