@@ -1,0 +1,177 @@
+// Hopper (sm_90a) backend of gemm: FP8 (e4m3fn) GEMM with DeepSeek-style block scaling
+// (1x128 scales for A, 128x128 for B), bf16 output. This file is the torch-facing part: the op's two
+// entry points, argument plumbing, scratch from torch's caching allocator, configuration choice.
+//
+// Natural layout (x (M,K), w (N,K), both K-contiguous) goes straight to CUTLASS's sm90 warp-specialized
+// TMA + wgmma kernel with blockwise scale promotion in the mainloop (gemm_cuda_cfg*.cu), with a tile
+// configuration picked per shape. The seed layout (a (K,M), b (K,N): M/N-contiguous) cannot feed FP8
+// wgmma directly (FP8 wgmma reads only K-major shared-memory operands), so one fused launch
+// (gemm_cuda_prep.cu) transposes a, b and both scale tensors into K-major scratch, then the natural
+// path runs. See NOTES.md.
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/Exception.h>
+
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "gemm_cuda.h"
+#include "gemm_cuda_kernels.h"
+#include "torch_binding.h"
+
+namespace gemm_cuda {
+namespace {
+
+constexpr int64_t kBlock = 128;
+
+ConfigEntry const kConfigs[] = {
+    {kNameCfg0, &workspace_cfg0, &run_cfg0}, {kNameCfg1, &workspace_cfg1, &run_cfg1},
+    {kNameCfg2, &workspace_cfg2, &run_cfg2}, {kNameCfg3, &workspace_cfg3, &run_cfg3},
+    {kNameCfg4, &workspace_cfg4, &run_cfg4},
+};
+constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
+
+int sm_count(int device) {
+  static std::mutex mu;
+  static std::vector<int> counts;
+  std::lock_guard<std::mutex> lock(mu);
+  if (device >= static_cast<int>(counts.size())) counts.resize(device + 1, 0);
+  if (counts[device] == 0) {
+    int n = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    counts[device] = n;
+  }
+  return counts[device];
+}
+
+bool aligned16(void const *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+void check_fp8_cuda(at::Tensor const &t, char const *name) {
+  TORCH_CHECK(t.scalar_type() == at::kFloat8_e4m3fn, name,
+              " must be float8_e4m3fn on CUDA (the format Hopper computes), got ", t.scalar_type());
+}
+
+void check_cutlass(int rc, int cfg, int64_t M, int64_t N, int64_t K) {
+  if (rc < 0) C10_CUDA_CHECK(static_cast<cudaError_t>(-rc));
+  TORCH_CHECK(rc == 0, "gemm (cuda): CUTLASS configuration ", kConfigs[cfg].name,
+              " failed for M=", M, " N=", N, " K=", K, " (cutlass::Status ", rc, ")");
+}
+
+// The GEMM on K-major operands; N % 8 != 0 (or an unaligned out) goes through a padded bf16 scratch,
+// since the TMA epilogue stores 16-byte rows.
+void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at::Tensor const &x_scale,
+                  at::Tensor const &w_scale, Tuning tuning) {
+  int64_t const M = x.size(0), K = x.size(1), N = w.size(0);
+  TORCH_CHECK(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX,
+              "gemm (cuda): M, N and K must each fit in int32");
+  TORCH_CHECK(aligned16(x.data_ptr()) && aligned16(w.data_ptr()),
+              "gemm (cuda): x/a and w/b must start at 16-byte aligned addresses");
+  if (tuning.cfg < 0) tuning = pick_tuning(M, N, K);
+  int const cfg = tuning.cfg;
+  TORCH_CHECK(cfg < kNumConfigs, "gemm (cuda): no configuration ", cfg);
+  int const device = x.get_device();
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
+  bool const direct = (N % 8 == 0) && aligned16(out.data_ptr());
+  at::Tensor d = direct ? out : at::empty({M, (N + 7) / 8 * 8}, out.options());
+
+  GemmArgs g{};
+  g.d = d.data_ptr();
+  g.ldd = d.size(1);
+  g.x = x.data_ptr();
+  g.w = w.data_ptr();
+  g.sx = x_scale.data_ptr<float>();
+  g.sw = w_scale.data_ptr<float>();
+  g.M = static_cast<int>(M);
+  g.N = static_cast<int>(N);
+  g.K = static_cast<int>(K);
+  g.device = device;
+  g.sm_count = sm_count(device);
+  g.raster = tuning.raster;
+  g.swizzle = tuning.swizzle;
+  g.splits = tuning.splits;
+
+  size_t const ws_bytes = kConfigs[cfg].workspace(g);
+  at::Tensor workspace;
+  if (ws_bytes > 0) {
+    workspace = at::empty({static_cast<int64_t>(ws_bytes)}, x.options().dtype(at::kByte));
+  }
+  int const rc = kConfigs[cfg].run(g, ws_bytes > 0 ? workspace.data_ptr() : nullptr, stream);
+  check_cutlass(rc, cfg, M, N, K);
+  if (!direct) out.copy_(d.narrow(1, 0, N));
+}
+
+}  // namespace
+
+int num_configs() { return kNumConfigs; }
+
+char const *config_name(int cfg) {
+  TORCH_CHECK(cfg >= 0 && cfg < kNumConfigs, "no configuration ", cfg);
+  return kConfigs[cfg].name;
+}
+
+Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
+  (void)K;
+  Tuning t;
+  int64_t const tiles128 = ((M + 127) / 128) * ((N + 127) / 128);
+  t.cfg = tiles128 < 132 ? 2 : 0;  // few tiles: 64-row tiles double the CTA count
+  return t;
+}
+
+void natural_with_config(at::Tensor &out, at::Tensor const &x, at::Tensor const &w,
+                         at::Tensor const &x_scale, at::Tensor const &w_scale, Tuning tuning) {
+  check_fp8_cuda(x, "x");
+  check_fp8_cuda(w, "w");
+  c10::cuda::CUDAGuard guard(x.device());
+  natural_impl(out, x, w, x_scale, w_scale, tuning);
+}
+
+void seed_prepare(at::Tensor &x, at::Tensor &w, at::Tensor &x_scale, at::Tensor &w_scale,
+                  at::Tensor const &a, at::Tensor const &b, at::Tensor const &a_scale,
+                  at::Tensor const &b_scale) {
+  c10::cuda::CUDAGuard guard(a.device());
+  PrepArgs p{};
+  p.a = static_cast<uint8_t const *>(a.data_ptr());
+  p.b = static_cast<uint8_t const *>(b.data_ptr());
+  p.sa = a_scale.data_ptr<float>();
+  p.sb = b_scale.data_ptr<float>();
+  p.x = static_cast<uint8_t *>(x.data_ptr());
+  p.w = static_cast<uint8_t *>(w.data_ptr());
+  p.sx = x_scale.data_ptr<float>();
+  p.sw = w_scale.data_ptr<float>();
+  p.M = a.size(1);
+  p.N = b.size(1);
+  p.K = a.size(0);
+  C10_CUDA_CHECK(launch_seed_prep(p, c10::cuda::getCurrentCUDAStream(a.get_device()).stream()));
+}
+
+void seed_with_config(at::Tensor &c, at::Tensor const &a, at::Tensor const &b, at::Tensor const &a_scale,
+                      at::Tensor const &b_scale, Tuning tuning) {
+  check_fp8_cuda(a, "a");
+  check_fp8_cuda(b, "b");
+  c10::cuda::CUDAGuard guard(a.device());
+  int64_t const K = a.size(0), M = a.size(1), N = b.size(1);
+  int64_t const KB = K / kBlock, NB = (N + kBlock - 1) / kBlock;
+  at::Tensor x = at::empty({M, K}, a.options());
+  at::Tensor w = at::empty({N, K}, b.options());
+  at::Tensor sx = at::empty({M, KB}, a_scale.options());
+  at::Tensor sw = at::empty({NB, KB}, b_scale.options());
+  seed_prepare(x, w, sx, sw, a, b, a_scale, b_scale);
+  natural_impl(c, x, w, sx, sw, tuning);
+}
+
+}  // namespace gemm_cuda
+
+// The op's entry points (declared in torch-ext/torch_binding.h).
+void gemm_seed(torch::Tensor &c, torch::Tensor const &a, torch::Tensor const &b,
+               torch::Tensor const &a_scale, torch::Tensor const &b_scale) {
+  gemm_cuda::seed_with_config(c, a, b, a_scale, b_scale, gemm_cuda::Tuning{});
+}
+
+void gemm_natural(torch::Tensor &out, torch::Tensor const &x, torch::Tensor const &w,
+                  torch::Tensor const &x_scale, torch::Tensor const &w_scale) {
+  gemm_cuda::natural_with_config(out, x, w, x_scale, w_scale, gemm_cuda::Tuning{});
+}

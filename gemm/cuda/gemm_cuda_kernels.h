@@ -1,0 +1,71 @@
+// Torch-free interface between the op wrapper (gemm_cuda.cu) and the CUTLASS GEMM instantiations
+// (gemm_cuda_cfg*.cu, one configuration per translation unit so that builds compile them in parallel).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gemm_cuda {
+
+// D(M, N) bf16 (row stride ldd elements) = sum_kb sx[m, kb] * sw[n/128, kb] * x[m, kb-block] . w[n, kb-block]
+// x (M, K) fp8 e4m3fn row-major, w (N, K) fp8 row-major, sx (M, K/128) f32, sw (ceil(N/128), K/128) f32.
+struct GemmArgs {
+  void *d;
+  int64_t ldd;
+  void const *x;
+  void const *w;
+  float const *sx;
+  float const *sw;
+  int M, N, K;
+  int device;
+  int sm_count;
+  // Tile-scheduler knobs: raster 0 = CUTLASS heuristic, 1 = along M, 2 = along N; swizzle = max CTA
+  // swizzle (1, 2, 4, 8); splits > 1 forces split-K (stream-K configurations only; 1 = their heuristic).
+  int raster = 0;
+  int swizzle = 1;
+  int splits = 1;
+};
+
+// Every configuration provides these two functions. run returns 0 on success, otherwise a CUTLASS
+// status code (>0) or -cudaError_t.
+using WorkspaceFn = size_t (*)(GemmArgs const &);
+using RunFn = int (*)(GemmArgs const &, void *workspace, cudaStream_t stream);
+
+struct ConfigEntry {
+  char const *name;
+  WorkspaceFn workspace;
+  RunFn run;
+};
+
+#define GEMM_CUDA_DECLARE_CONFIG(ID)                         \
+  size_t workspace_cfg##ID(GemmArgs const &);                \
+  int run_cfg##ID(GemmArgs const &, void *, cudaStream_t);   \
+  extern char const *const kNameCfg##ID;
+
+GEMM_CUDA_DECLARE_CONFIG(0)
+GEMM_CUDA_DECLARE_CONFIG(1)
+GEMM_CUDA_DECLARE_CONFIG(2)
+GEMM_CUDA_DECLARE_CONFIG(3)
+GEMM_CUDA_DECLARE_CONFIG(4)
+
+#undef GEMM_CUDA_DECLARE_CONFIG
+
+// Seed-layout preparation (gemm_cuda_prep.cu): transposes a (K, M) -> x (M, K), b (K, N) -> w (N, K),
+// a_scale (K/128, M) -> x_scale (M, K/128), b_scale (K/128, NB) -> w_scale (NB, K/128). Returns the
+// launch's cudaError_t.
+struct PrepArgs {
+  uint8_t const *a;
+  uint8_t const *b;
+  float const *sa;
+  float const *sb;
+  uint8_t *x;
+  uint8_t *w;
+  float *sx;
+  float *sw;
+  int64_t M, N, K;
+};
+cudaError_t launch_seed_prep(PrepArgs const &p, cudaStream_t stream);
+
+}  // namespace gemm_cuda

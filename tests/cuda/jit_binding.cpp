@@ -1,0 +1,35 @@
+// A pybind11 binding of the CUDA backend for development runs on a GPU machine without the build stage
+// (torch.utils.cpp_extension.load; see tests/cuda/device_check.py). Exposes the two op entry points plus
+// the configuration-forcing helpers the benchmark uses to tune pick_config.
+#include <torch/extension.h>
+
+#include "gemm_cuda.h"
+#include "torch_binding.h"
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("gemm_seed", [](at::Tensor c, at::Tensor a, at::Tensor b, at::Tensor sa, at::Tensor sb) {
+    gemm_seed(c, a, b, sa, sb);
+  });
+  m.def("gemm_natural", [](at::Tensor out, at::Tensor x, at::Tensor w, at::Tensor sx, at::Tensor sw) {
+    gemm_natural(out, x, w, sx, sw);
+  });
+  // cfg < 0: the heuristic's whole choice; otherwise that configuration with these scheduler knobs.
+  m.def("natural_cfg", [](at::Tensor out, at::Tensor x, at::Tensor w, at::Tensor sx, at::Tensor sw,
+                          int cfg, int raster, int swizzle, int splits) {
+    gemm_cuda::natural_with_config(out, x, w, sx, sw, gemm_cuda::Tuning{cfg, raster, swizzle, splits});
+  }, py::arg("out"), py::arg("x"), py::arg("w"), py::arg("sx"), py::arg("sw"), py::arg("cfg"),
+        py::arg("raster") = 0, py::arg("swizzle") = 1, py::arg("splits") = 1);
+  m.def("seed_cfg", [](at::Tensor c, at::Tensor a, at::Tensor b, at::Tensor sa, at::Tensor sb, int cfg) {
+    gemm_cuda::seed_with_config(c, a, b, sa, sb, gemm_cuda::Tuning{cfg, 0, 1, 1});
+  });
+  m.def("seed_prepare", [](at::Tensor x, at::Tensor w, at::Tensor sx, at::Tensor sw, at::Tensor a,
+                           at::Tensor b, at::Tensor sa, at::Tensor sb) {
+    gemm_cuda::seed_prepare(x, w, sx, sw, a, b, sa, sb);
+  });
+  m.def("num_configs", &gemm_cuda::num_configs);
+  m.def("config_name", [](int cfg) { return std::string(gemm_cuda::config_name(cfg)); });
+  m.def("pick_tuning", [](int64_t m, int64_t n, int64_t k) {
+    auto t = gemm_cuda::pick_tuning(m, n, k);
+    return std::vector<int>{t.cfg, t.raster, t.swizzle, t.splits};
+  });
+}

@@ -1,0 +1,65 @@
+"""A few small calls of the CUDA backend for compute-sanitizer (memcheck, racecheck, ...).
+
+Not collected by pytest. On the GPU machine, after tests/cuda/device_check.py has JIT-built the module
+(or with --kernel-dir to load a built variant through kernels):
+
+    compute-sanitizer --tool memcheck python3 tests/cuda/sanitize_calls.py [--prebuilt DIR]
+
+Each call's output is checked against the fp32 reference, so a silent wrong answer fails too.
+Exit status 0 only when every call matched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import device_check as dc  # noqa: E402
+
+SHAPES = [(1, 1, 128), (64, 576, 256), (200, 300, 640), (96, 1024, 256), (256, 512, 384)]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--prebuilt", default=None)
+    ap.add_argument("--kernel-dir", default=None, help="a build/ dir to load through kernels instead")
+    ap.add_argument("--shapes", type=int, default=len(SHAPES), help="use only the first N shapes")
+    args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    if args.kernel_dir:
+        from kernels import get_local_kernel
+
+        k = get_local_kernel(pathlib.Path(args.kernel_dir))
+
+        def natural(out, x, w, xs, ws):
+            k.gemm_natural(x, w, xs, ws, out=out)
+
+        def seed(out, a, b, sa, sb):
+            k.gemm(a, b, sa, sb, c=out)
+    else:
+        mod = dc.load_jit(args.prebuilt)
+        natural, seed = mod.gemm_natural, mod.gemm_seed
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(7)
+    failures = 0
+    for (m, n, k_) in SHAPES[: args.shapes]:
+        x, w, xs, ws = dc.make_inputs(m, n, k_, gen)
+        a, b, sa, sb = dc.to_seed(x, w, xs, ws)
+        ref = dc.reference(x, w, xs, ws)
+        for name, fn, ins in (("natural", natural, (x, w, xs, ws)), ("seed", seed, (a, b, sa, sb))):
+            out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            fn(out, *ins)
+            torch.cuda.synchronize()
+            r = dc.check_close(out, ref)
+            print(f"{name} {m}x{n}x{k_}: ok={r['ok']} rel={r['rel_fro']:.2e}", flush=True)
+            failures += not r["ok"]
+    print(f"sanitize_calls: {failures} failures", flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""The Hopper (CUDA) variant on a GPU, through the `kernel` fixture (the built variant loaded by kernels).
+
+tests/kernel/ checks the contract on every backend; these cases aim at the CUDA backend's own paths:
+every tile configuration the shape heuristic can pick, the padded-output path (N % 8 != 0 or an
+output whose rows are not 16-byte aligned), the seed layout's vectorized and byte-wise transposes,
+the current stream, and run-to-run determinism. They skip, with the reason, where the loaded variant
+is not the CUDA one or no GPU is present.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from tests.conftest import assert_matches, make_problem, poisoned_output
+
+_seeds = itertools.count(5000)
+
+# Shapes chosen to cross the heuristic's tile choices (few tiles -> 64-row tiles, many -> 128x128,
+# narrow N with deep K), N % 8 != 0 (padded output), M % 16 != 0 (byte-wise seed transpose).
+SHAPES = [
+    (1024, 512, 7168), (1024, 576, 7168), (6144, 7168, 256), (2048, 2048, 1024), (1, 4096, 1024),
+    (8, 8, 128), (16, 24, 256), (100, 1001, 512), (257, 7, 128), (4000, 136, 1536), (31, 4104, 384),
+    (640, 1920, 3072), (128, 128, 16384),
+]
+
+
+@pytest.fixture(scope="module")
+def cuda_kernel(kernel):
+    if kernel.BACKEND != "cuda":
+        pytest.skip(f"the loaded variant is the {kernel.BACKEND} backend, not cuda")
+    if not torch.cuda.is_available():
+        pytest.skip("the cuda variant needs a GPU, and this machine has none")
+    return kernel
+
+
+def _id(shape):
+    return "x".join(map(str, shape))
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=_id)
+def test_both_layouts(cuda_kernel, shape):
+    m, n, k = shape
+    seed = next(_seeds)
+    p = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", seed)
+    ref = cuda_kernel.reference.gemm_reference(p.a, p.b, p.a_scale, p.b_scale)
+    c = poisoned_output(m, n, "cuda")
+    assert cuda_kernel.gemm(p.a, p.b, p.a_scale, p.b_scale, c) is c
+    assert_matches(c, ref, f"seed {_id(shape)} seed={seed}")
+    out = poisoned_output(m, n, "cuda")
+    assert cuda_kernel.gemm_natural(*p.natural(), out) is out
+    assert_matches(out, ref, f"natural {_id(shape)} seed={seed}")
+
+
+def test_output_rows_not_16_byte_aligned(cuda_kernel):
+    """An output view whose rows start off a 16-byte boundary goes through the padded scratch."""
+    m, n, k = 64, 264, 256
+    p = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(_seeds))
+    ref = cuda_kernel.reference.gemm_reference(p.a, p.b, p.a_scale, p.b_scale)
+    backing = torch.full((m * n + 1,), float("nan"), dtype=torch.bfloat16, device="cuda")
+    out = backing[1:].view(m, n)  # contiguous, data_ptr 2 bytes past the allocation
+    cuda_kernel.gemm_natural(*p.natural(), out)
+    assert_matches(out, ref, "natural, offset output")
+    assert torch.isnan(backing[0]), "the element before the output was overwritten"
+
+
+def test_runs_on_the_current_stream(cuda_kernel):
+    m, n, k = 512, 1024, 2048
+    p = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(_seeds))
+    x, w, xs, ws = p.natural()
+    ref = cuda_kernel.reference.gemm_reference(p.a, p.b, p.a_scale, p.b_scale)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        out = poisoned_output(m, n, "cuda")
+        c = poisoned_output(m, n, "cuda")
+        for _ in range(3):  # queue work behind itself on the side stream
+            cuda_kernel.gemm_natural(x, w, xs, ws, out)
+            cuda_kernel.gemm(p.a, p.b, p.a_scale, p.b_scale, c)
+    side.synchronize()
+    assert_matches(out, ref, "natural on a side stream")
+    assert_matches(c, ref, "seed on a side stream")
+
+
+def test_deterministic(cuda_kernel):
+    """Same inputs, same bits: no race between CTAs (stream-K reduction included)."""
+    for shape in ((1024, 576, 7168), (6144, 1536, 7168)):
+        p = make_problem(*shape, torch.float8_e4m3fn, "cuda", next(_seeds))
+        x, w, xs, ws = p.natural()
+        first = cuda_kernel.gemm_natural(x, w, xs, ws)
+        for _ in range(2):
+            assert torch.equal(cuda_kernel.gemm_natural(x, w, xs, ws), first), _id(shape)
+        assert torch.equal(cuda_kernel.gemm(p.a, p.b, p.a_scale, p.b_scale), first), _id(shape)
+
+
+def test_rejects_e4m3fnuz(cuda_kernel):
+    p = make_problem(64, 64, 128, torch.float8_e4m3fnuz, "cuda", next(_seeds))
+    c = poisoned_output(64, 64, "cuda")
+    with pytest.raises((TypeError, ValueError, RuntimeError), match="a"):
+        cuda_kernel.gemm(p.a, p.b, p.a_scale, p.b_scale, c)
+    assert torch.isnan(c.float()).all(), "a rejected call wrote its output"
