@@ -85,6 +85,19 @@ def _build_torch_ref(ctx: Context, inp: Inputs, layout: str):
 # ------------------------------------------------------------------------------ torch blockwise FP8
 
 
+def _probe(ctx: Context, build) -> str | None:
+    """Run a peer once on a small problem: None if it runs (its results are checked per shape later),
+    else why not (e.g. a recipe this GPU or torch build lacks, as blockwise scaling on ROCm)."""
+    from .problem import Shape, make_inputs
+
+    try:
+        inp = make_inputs(Shape(128, 256, 512), ctx.device, ctx.fp8_dtype, torch.Generator().manual_seed(0))
+        build(ctx, inp, "natural")[0]()
+    except Exception as e:
+        return f"probe call failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    return None
+
+
 def _blockwise_available(ctx: Context) -> str | None:
     if ctx.device.type != "cuda":
         return "needs a GPU"
@@ -92,7 +105,7 @@ def _blockwise_available(ctx: Context) -> str | None:
         return f"torch {torch.__version__} has no torch.nn.functional.scaled_mm / ScalingType"
     if not all(hasattr(F.ScalingType, n) for n in ("BlockWise1x128", "BlockWise128x128")):
         return "torch.nn.functional.ScalingType lacks BlockWise1x128 / BlockWise128x128"
-    return None
+    return _probe(ctx, _build_blockwise)
 
 
 def _round_up(v: int, to: int) -> int:
@@ -141,7 +154,7 @@ def _pertensor_available(ctx: Context) -> str | None:
         return "needs a GPU"
     if not hasattr(torch, "_scaled_mm"):
         return f"torch {torch.__version__} has no torch._scaled_mm"
-    return None
+    return _probe(ctx, _build_pertensor)
 
 
 def pertensor_fp8(x: torch.Tensor, w: torch.Tensor, one: torch.Tensor, fast_accum: bool = False) -> torch.Tensor:
@@ -197,7 +210,7 @@ def _aiter_available(ctx: Context) -> str | None:
         return f"import aiter failed: {type(e).__name__}: {e}"
     if not hasattr(aiter, "gemm_a8w8_blockscale"):
         return "aiter has no gemm_a8w8_blockscale"
-    return None
+    return _probe(ctx, _build_aiter)
 
 
 def _aiter(x, w, sx, sw) -> torch.Tensor:

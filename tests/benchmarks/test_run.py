@@ -156,3 +156,13 @@ def test_bad_arguments_exit_2(capsys):
     assert "K must be a positive multiple of 128" in capsys.readouterr().err
     assert run.main(["--shapes", "64x64x128", "--build-dir", "/nonexistent/build"]) == 2
     assert "--build-dir /nonexistent/build does not exist" in capsys.readouterr().err
+
+
+def test_loader_without_the_kernels_package(build_dir, variant_dir, monkeypatch):
+    """A bare device machine has torch but not kernels: the variant directory is imported directly."""
+    monkeypatch.setitem(sys.modules, "kernels", None)  # import kernels -> ImportError
+    module, variant, loader = run.load_kernel(build_dir)
+    assert variant == variant_dir.name and loader.startswith("importlib")
+    assert callable(module.gemm) and callable(module.gemm_natural)
+    with pytest.raises(run.UsageError, match="does not exist"):
+        run.load_kernel(build_dir / "nope")
