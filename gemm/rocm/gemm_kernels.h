@@ -7,13 +7,16 @@
 // The same source compiles for gfx942 (hipcc / clang-19 + HIP 5.2) and, with GEMM_HIP_EMULATOR,
 // for the host CPU under the emulator (gemm/rocm/emu). See DESIGN.md for the reasoning.
 //
-// Block tile BM x BN, K-block 128 (== scale block). Per K-block:
-//   1. global -> registers (issued one K-block ahead, while the MFMAs of the current one run),
-//   2. registers -> LDS as K-contiguous rows sX[row][0..127] with a row stride of 136 bytes
-//      (+8 B pad: the 16 rows one MFMA operand read touches fall on 16 distinct bank pairs),
-//      transposing 4x4 byte blocks on the way for the seed layout (no pre-pass kernel),
-//   3. each wave runs its MFMAs into a zeroed per-K-block accumulator set `tmp`,
-//   4. acc += tmp * (a_scale[row] * b_scale[tile]) on fp32 (v_pk_fma), then the next K-block.
+// Block tile BM x BN; the scale block of 128 K is staged as two LDS stages of 64 K each, double
+// buffered, with one barrier per stage:
+//   stage s:  [registers of stage s+1 -> LDS buffer (s+1)&1]  [issue global loads of stage s+2]
+//             [MFMAs of stage s from LDS buffer s&1 into this K-block's accumulators `tmp`]
+//             [every second stage: acc += tmp * (a_scale[row] * b_scale[tile]), fp32 v_pk_fma]
+//             barrier
+// so a wave's LDS writes overlap the other waves' MFMAs and the global loads have a whole stage in
+// flight. LDS rows are K-contiguous, sX[row][0..63] with a row stride of 72 bytes (+8 B pad: the
+// 16 rows one MFMA operand read touches fall on 16 distinct bank pairs); the seed layout is
+// transposed 4x4 bytes at a time in registers on the way in (no pre-pass kernel).
 // Partial tiles: rows/columns past M/N are staged as zeros and never stored.
 #pragma once
 
@@ -26,8 +29,9 @@ typedef float floatx4 __attribute__((ext_vector_type(4)));
 typedef float floatx16 __attribute__((ext_vector_type(16)));
 typedef uint32_t u32x4 __attribute__((ext_vector_type(4)));
 
+constexpr int kStageK = 64;                  // K per LDS stage (two per scale block)
 constexpr int kLdsPad = 8;
-constexpr int kLdsStride = kBK + kLdsPad;  // bytes per staged row (136 = 34 dwords)
+constexpr int kLdsStride = kStageK + kLdsPad;  // bytes per staged row (72 = 18 dwords)
 
 // Kernel arguments: one struct by value (kernarg segment).
 struct Args {
@@ -63,15 +67,18 @@ struct TileCfg {
   static constexpr int FN = WTN / MT;       // ... along N
   static constexpr int KI = 512 / MT;       // K per MFMA: 32 (16x16x32) or 16 (32x32x16)
   static constexpr int NACC = MT * MT / 64; // fp32 results per lane per fragment
-  static constexpr int LDS_TILE_BYTES = (BM + BN) * kLdsStride;
-  static constexpr int LDS_BYTES = LDS_TILE_BYTES + BM * 4;
+  static constexpr int LDS_STAGE_BYTES = (BM + BN) * kLdsStride;  // one buffer: A rows, then B rows
+  static constexpr int LDS_BYTES = 2 * LDS_STAGE_BYTES + 2 * BM * 4;  // + a_scale, double buffered
+  static constexpr int NAT_CHUNKS = (BM + BN) * (kStageK / 16) / THREADS;  // 16-B chunks / thread
+  static constexpr int SEED_UNITS = (BM + BN) / 64 * (kStageK / 32);      // 64 rows x 32 K units
+  static constexpr int SEED_UNITS_PER_WAVE = (SEED_UNITS + WAVES - 1) / WAVES;
   static_assert(MT == 16 || MT == 32, "MFMA shape");
   static_assert(FM * MT == WTM && FN * MT == WTN && FM >= 1 && FN >= 1, "wave tile");
   static_assert(BM % 64 == 0 && BN % 64 == 0, "seed staging units are 64 rows");
   static_assert(128 % BN == 0 || BN == 128, "one b_scale column per block tile");
   static_assert(THREADS >= BM, "one a_scale per thread");
-  static_assert((BM * 8) % THREADS == 0 && (BN * 8) % THREADS == 0, "natural staging chunks");
-  static_assert(((BM / 64) * 4) % WAVES == 0 && ((BN / 64) * 4) % WAVES == 0, "seed units");
+  static_assert(NAT_CHUNKS * THREADS == (BM + BN) * (kStageK / 16), "natural staging chunks");
+  static_assert((WAVES * 64) % (kStageK / 16) == 0 && BM % 16 == 0, "a wave's chunks: one operand");
   static_assert(LDS_BYTES <= 65536, "LDS");
 };
 
@@ -123,42 +130,45 @@ __device__ __forceinline__ void transpose4x4(uint32_t d0, uint32_t d1, uint32_t 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Staging of one operand tile (R rows of the output dimension x 128 K) for one K-block.
+// Staging of one LDS stage (A rows [0, BM) then B rows [BM, BM+BN), 64 K each).
 //
-// Natural (K-contiguous rows): 16-byte chunks, 8 consecutive threads read one row's 128 bytes.
+// Natural (K-contiguous rows): 16-byte chunks, 4 consecutive threads read one row's 64 bytes;
+// 16 consecutive lanes cover 4 rows x 64 B, a wave 16 rows, always of one operand (BM % 16 == 0).
 // Seed (row dimension contiguous, X is (K, E)): a wave stages "units" of 64 rows x 32 K. Lane l
 // reads 8 K-rows (k = 8g + t) x 4 contiguous bytes (rows 4ch .. 4ch+3), with
 //   g = (l >> 2) & 3,  ch = (l & 3) + 4 * (l >> 4),
 // i.e. 16 lanes read 64 contiguous bytes of each K-row; after two 4x4 byte transposes the lane
 // holds 4 rows x 8 K and writes them as 4 x 8-byte LDS stores at [4ch + i][8g]: within every 16
-// lanes the bank pair is 8*(ch&3) + 2g (mod 32): 16 distinct pairs, no conflicts.
-template <class Cfg, int LAYOUT, bool VEC, int R>
+// lanes the bank pair is 8*(ch&3) + 2g (mod 32) (row stride 18 dwords): no conflicts.
+// All operand / unit choices are wave-uniform (the wave index comes from readfirstlane), so the
+// 64-bit bases are scalar and lanes add 32-bit offsets (vector path; see layout_aligned()).
+template <class Cfg, int LAYOUT, bool VEC>
 struct Stager {
-  static constexpr int NAT_CHUNKS = R * 8 / Cfg::THREADS;          // natural: 16B chunks/thread
-  static constexpr int SEED_UNITS = (R / 64) * 4 / Cfg::WAVES;     // seed: units per wave
-  static constexpr int NREG = LAYOUT == kNatural ? NAT_CHUNKS * 4 : SEED_UNITS * 8;
+  static constexpr int BM = Cfg::BM, BN = Cfg::BN;
+  static constexpr int NREG = LAYOUT == kNatural ? Cfg::NAT_CHUNKS * 4 : Cfg::SEED_UNITS_PER_WAVE * 8;
   uint32_t r[NREG];
 
-  // row0: first row of the tile; E: extent (M or N); K: full K; kb: K-block.
-  // wave: this thread's wave index, made wave-uniform by the caller (readfirstlane).
-  __device__ __forceinline__ void load(const uint8_t* __restrict__ X, int row0, int E, int K,
-                                       int kb, int tid, int wave) {
+  // k0: first K of the stage. m0/n0: first row/column of the block tile.
+  __device__ __forceinline__ void load(const Args& p, int m0, int n0, int k0, int tid, int wave) {
+    const int lane = tid & 63;
     if constexpr (LAYOUT == kNatural) {
+      const int K = p.K;
 #pragma unroll
-      for (int j = 0; j < NAT_CHUNKS; ++j) {
-        const int chunk = tid + j * Cfg::THREADS;
-        const int row = chunk >> 3;
-        const int col = (chunk & 7) * 16;
-        const int grow = row0 + row;
+      for (int j = 0; j < Cfg::NAT_CHUNKS; ++j) {
+        const int rbase = (wave * 64 + j * Cfg::THREADS) >> 2;  // wave-uniform first row
+        const bool isA = rbase < BM;
+        const int row = (isA ? rbase : rbase - BM) + (lane >> 2);  // row within the operand tile
+        const int col = (lane & 3) * 16;
+        const uint8_t* X = isA ? p.a : p.b;
+        const int E = isA ? p.M : p.N;
+        const int row0 = isA ? m0 : n0;
         u32x4 v = {0u, 0u, 0u, 0u};
-        if (grow < E) {
+        if (row0 + row < E) {
+          const uint8_t* base = X + (size_t)row0 * (size_t)K + (size_t)k0;
           if constexpr (VEC) {
-            // uniform 64-bit base (SGPRs) + 32-bit lane offset (plan: 256 * K < 2^32)
-            const uint8_t* base = X + (size_t)row0 * (size_t)K + (size_t)kb * kBK;
-            v = *(const u32x4*)(base + (uint32_t)(row * K + col));
+            v = *(const u32x4*)(base + (uint32_t)(row * K + col));  // 256 * K < 2^32 (plan)
           } else {
-            const uint8_t* base = X + (size_t)row0 * (size_t)K + (size_t)kb * kBK;
-            const uint8_t* src = base + ((size_t)row * (size_t)K + col);  // 64-bit lane offset
+            const uint8_t* src = base + ((size_t)row * (size_t)K + col);
             uint32_t w[4];
 #pragma unroll
             for (int q = 0; q < 4; ++q)
@@ -173,25 +183,30 @@ struct Stager {
         r[4 * j + 3] = v.w;
       }
     } else {
-      const int lane = tid & 63;
       const int g = (lane >> 2) & 3;
       const int ch = (lane & 3) + 4 * (lane >> 4);
 #pragma unroll
-      for (int j = 0; j < SEED_UNITS; ++j) {
+      for (int j = 0; j < Cfg::SEED_UNITS_PER_WAVE; ++j) {
         const int unit = wave + j * Cfg::WAVES;  // wave-uniform
-        const int mu = unit % (R / 64), ku = unit / (R / 64);
-        const int urow = row0 + mu * 64;
+        if (unit >= Cfg::SEED_UNITS) break;
+        constexpr int UA = BM / 64 * (kStageK / 32);
+        const bool isA = unit < UA;
+        const int u = isA ? unit : unit - UA;
+        const int mus = (isA ? BM : BN) / 64;
+        const int mu = u % mus, ku = u / mus;
+        const uint8_t* X = isA ? p.a : p.b;
+        const int E = isA ? p.M : p.N;
+        const int urow = (isA ? m0 : n0) + mu * 64;
         const int grow = urow + 4 * ch;
 #pragma unroll
         for (int t = 0; t < 8; ++t) {
+          const uint8_t* base = X + ((size_t)k0 + ku * 32 + t) * (size_t)E + urow;
           uint32_t w = 0;
           if constexpr (VEC) {
-            // uniform 64-bit base (SGPRs) + 32-bit lane offset (plan: 32 * E < 2^32)
-            const uint8_t* base = X + ((size_t)kb * kBK + ku * 32 + t) * (size_t)E + urow;
+            // E % 4 == 0: the 4-byte group is wholly in or out; 32 * E < 2^32 (plan)
             if (grow < E) w = *(const uint32_t*)(base + (uint32_t)(8 * g * E + 4 * ch));
           } else {
-            const uint8_t* base = X + ((size_t)kb * kBK + ku * 32 + t) * (size_t)E + urow;
-            const uint8_t* src = base + ((size_t)(8 * g) * (size_t)E + 4 * ch);  // 64-bit lane offset
+            const uint8_t* src = base + ((size_t)(8 * g) * (size_t)E + 4 * ch);
 #pragma unroll
             for (int i = 0; i < 4; ++i)
               if (grow + i < E) w |= (uint32_t)src[i] << (8 * i);
@@ -202,32 +217,36 @@ struct Stager {
     }
   }
 
+  // lds: base of one stage buffer.
   __device__ __forceinline__ void store(uint8_t* lds, int tid, int wave) const {
+    const int lane = tid & 63;
     if constexpr (LAYOUT == kNatural) {
 #pragma unroll
-      for (int j = 0; j < NAT_CHUNKS; ++j) {
-        const int chunk = tid + j * Cfg::THREADS;
-        const int row = chunk >> 3;
-        const int col = (chunk & 7) * 16;
-        uint64_t* dst = (uint64_t*)(lds + row * kLdsStride + col);
+      for (int j = 0; j < Cfg::NAT_CHUNKS; ++j) {
+        const int row = ((wave * 64 + j * Cfg::THREADS) >> 2) + (lane >> 2);  // A rows then B rows
+        uint64_t* dst = (uint64_t*)(lds + row * kLdsStride + (lane & 3) * 16);
         dst[0] = (uint64_t)r[4 * j + 0] | ((uint64_t)r[4 * j + 1] << 32);
         dst[1] = (uint64_t)r[4 * j + 2] | ((uint64_t)r[4 * j + 3] << 32);
       }
     } else {
-      const int lane = tid & 63;
       const int g = (lane >> 2) & 3;
       const int ch = (lane & 3) + 4 * (lane >> 4);
 #pragma unroll
-      for (int j = 0; j < SEED_UNITS; ++j) {
+      for (int j = 0; j < Cfg::SEED_UNITS_PER_WAVE; ++j) {
         const int unit = wave + j * Cfg::WAVES;
-        const int mu = unit % (R / 64), ku = unit / (R / 64);
+        if (unit >= Cfg::SEED_UNITS) break;
+        constexpr int UA = BM / 64 * (kStageK / 32);
+        const bool isA = unit < UA;
+        const int u = isA ? unit : unit - UA;
+        const int mus = (isA ? BM : BN) / 64;
+        const int mu = u % mus, ku = u / mus;
+        const int row0 = (isA ? 0 : BM) + mu * 64 + 4 * ch;
         uint32_t lo[4], hi[4];
         transpose4x4(r[8 * j + 0], r[8 * j + 1], r[8 * j + 2], r[8 * j + 3], lo);
         transpose4x4(r[8 * j + 4], r[8 * j + 5], r[8 * j + 6], r[8 * j + 7], hi);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int row = mu * 64 + 4 * ch + i;
-          uint64_t* dst = (uint64_t*)(lds + row * kLdsStride + ku * 32 + 8 * g);
+          uint64_t* dst = (uint64_t*)(lds + (row0 + i) * kLdsStride + ku * 32 + 8 * g);
           *dst = (uint64_t)lo[i] | ((uint64_t)hi[i] << 32);
         }
       }
@@ -258,11 +277,11 @@ __global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(A
   using acc_t = typename M::acc_t;
   constexpr int BM = Cfg::BM, BN = Cfg::BN, MT = Cfg::MT;
 
-  __shared__ uint64_t lds_tiles[Cfg::LDS_TILE_BYTES / 8];  // sA[BM][136] then sB[BN][136]
-  __shared__ float lds_sa[BM];                             // a_scale of the tile's rows
+  __shared__ uint64_t lds_tiles[2 * Cfg::LDS_STAGE_BYTES / 8];  // 2 x (sA[BM][72], sB[BN][72])
+  __shared__ float lds_sa[2][BM];                               // a_scale, per K-block parity
 
-  uint8_t* sA = (uint8_t*)lds_tiles;
-  uint8_t* sB = sA + BM * kLdsStride;
+  uint8_t* const stage_buf0 = (uint8_t*)lds_tiles;
+  uint8_t* const stage_buf1 = stage_buf0 + Cfg::LDS_STAGE_BYTES;
 
   const int tid = threadIdx.x;
   const int lane = tid & 63;
@@ -273,31 +292,31 @@ __global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(A
   int tm, tn;
   tile_coords(blockIdx.x, p.tiles_m, p.tiles_n, tm, tn);
   const int m0 = tm * BM, n0 = tn * BN;
-  const int M_ = p.M, N_ = p.N, K = p.K;
-  const int KB = K / kBK;
+  const int M_ = p.M, N_ = p.N;
+  const int KB = p.K / kBK;
   const int NB = (N_ + 127) / 128;
   const int nb = n0 / 128;
   const int kb0 = blockIdx.y * p.kb_per_split;
   const int kb1 = (kb0 + p.kb_per_split) < KB ? (kb0 + p.kb_per_split) : KB;
+  const int s_end = 2 * kb1;  // stages [2*kb0, 2*kb1)
 
-  Stager<Cfg, LAYOUT, VEC, BM> stA;
-  Stager<Cfg, LAYOUT, VEC, BN> stB;
-
-  auto load_scales = [&](int kb, float& sa_reg, float& sb_reg) {
-    sa_reg = 0.0f;
+  auto load_sa = [&](int kb) -> float {
     const int row = m0 + tid;
     if (tid < BM && row < M_)
-      sa_reg = LAYOUT == kSeed ? p.sa[(size_t)kb * M_ + row] : p.sa[(size_t)row * KB + kb];
-    sb_reg = LAYOUT == kSeed ? p.sb[(size_t)kb * NB + nb] : p.sb[(size_t)nb * KB + kb];
+      return LAYOUT == kSeed ? p.sa[(size_t)kb * M_ + row] : p.sa[(size_t)row * KB + kb];
+    return 0.0f;
+  };
+  auto load_sb = [&](int kb) -> float {
+    return LAYOUT == kSeed ? p.sb[(size_t)kb * NB + nb] : p.sb[(size_t)nb * KB + kb];
   };
 
-  float sa_next, sb_next;
-  stA.load(p.a, m0, M_, K, kb0, tid, wave);
-  stB.load(p.b, n0, N_, K, kb0, tid, wave);
-  load_scales(kb0, sa_next, sb_next);
-  stA.store(sA, tid, wave);
-  stB.store(sB, tid, wave);
-  if (tid < BM) lds_sa[tid] = sa_next;
+  Stager<Cfg, LAYOUT, VEC> st;
+  // Prologue: stage 2*kb0 -> buffer 0 with its a_scale; stage 2*kb0+1 -> registers.
+  st.load(p, m0, n0, kb0 * kBK, tid, wave);
+  float sa_next = load_sa(kb0);
+  st.store(stage_buf0, tid, wave);
+  if (tid < BM) lds_sa[0][tid] = sa_next;
+  st.load(p, m0, n0, kb0 * kBK + kStageK, tid, wave);
   __syncthreads();
 
   acc_t acc[Cfg::FM][Cfg::FN];
@@ -306,60 +325,65 @@ __global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(A
 #pragma unroll
     for (int j = 0; j < Cfg::FN; ++j) acc[i][j] = acc_t{};
 
-  const int lrow = lane % MT;        // operand row (A) / column (B) of this lane
-  const int lk = 8 * (lane / MT);    // first K of this lane's 8 operand bytes within a K-step
+  const int lrow = lane % MT;      // operand row (A) / column (B) of this lane
+  const int lk = 8 * (lane / MT);  // first K of this lane's 8 operand bytes within a K-step
 
   for (int kb = kb0; kb < kb1; ++kb) {
-    const float sb_cur = sb_next;
-    const bool more = kb + 1 < kb1;
-    if (more) {  // issue next K-block's global loads now; they land while the MFMAs run
-      stA.load(p.a, m0, M_, K, kb + 1, tid, wave);
-      stB.load(p.b, n0, N_, K, kb + 1, tid, wave);
-      load_scales(kb + 1, sa_next, sb_next);
-    }
-    __builtin_amdgcn_sched_barrier(0);  // keep the loads ahead of the MFMAs, nothing moves across
-
+    const int par = (kb - kb0) & 1;
     acc_t tmp[Cfg::FM][Cfg::FN];
 #pragma unroll
     for (int i = 0; i < Cfg::FM; ++i)
 #pragma unroll
       for (int j = 0; j < Cfg::FN; ++j) tmp[i][j] = acc_t{};
+    float sb_cur = 0.0f;
 
 #pragma unroll
-    for (int ks = 0; ks < kBK / Cfg::KI; ++ks) {
-      long av[Cfg::FM], bv[Cfg::FN];
-#pragma unroll
-      for (int i = 0; i < Cfg::FM; ++i)
-        av[i] = *(const long*)(sA + (wm0 + i * MT + lrow) * kLdsStride + ks * Cfg::KI + lk);
-#pragma unroll
-      for (int j = 0; j < Cfg::FN; ++j)
-        bv[j] = *(const long*)(sB + (wn0 + j * MT + lrow) * kLdsStride + ks * Cfg::KI + lk);
-#pragma unroll
-      for (int i = 0; i < Cfg::FM; ++i)
-#pragma unroll
-        for (int j = 0; j < Cfg::FN; ++j) tmp[i][j] = M::run(av[i], bv[j], tmp[i][j]);
-      __builtin_amdgcn_sched_barrier(0);  // bound the operand registers to one K-step
-    }
+    for (int h = 0; h < 2; ++h) {  // the two stages of this K-block; stage s uses buffer h
+      const int s = 2 * kb + h;
+      uint8_t* const cur = h == 0 ? stage_buf0 : stage_buf1;
+      uint8_t* const nxt = h == 0 ? stage_buf1 : stage_buf0;
+      if (s + 1 < s_end) {  // registers (stage s+1) -> the other buffer, free since last barrier
+        st.store(nxt, tid, wave);
+        if (h == 1 && tid < BM) lds_sa[par ^ 1][tid] = sa_next;  // stage s+1 opens K-block kb+1
+      }
+      if (s + 2 < s_end) {  // next loads in flight during this stage's MFMAs
+        st.load(p, m0, n0, (s + 2) * kStageK, tid, wave);
+        if (h == 0) sa_next = load_sa(kb + 1);
+      }
+      if (h == 1) sb_cur = load_sb(kb);
+      __builtin_amdgcn_sched_barrier(0);
 
-    // Scale product on the fp32 partial sums of this K-block. Result element e of a fragment is
-    // row 8*(e/4) + 4*(lane/MT) + e%4, column lane%MT (both MFMA shapes).
 #pragma unroll
-    for (int i = 0; i < Cfg::FM; ++i) {
-      acc_t s;
+      for (int ks = 0; ks < kStageK / Cfg::KI; ++ks) {
+        long av[Cfg::FM], bv[Cfg::FN];
 #pragma unroll
-      for (int e = 0; e < Cfg::NACC; ++e)
-        s[e] = lds_sa[wm0 + i * MT + 8 * (e / 4) + 4 * (lane / MT) + (e % 4)] * sb_cur;
+        for (int i = 0; i < Cfg::FM; ++i)
+          av[i] = *(const long*)(cur + (wm0 + i * MT + lrow) * kLdsStride + ks * Cfg::KI + lk);
 #pragma unroll
-      for (int j = 0; j < Cfg::FN; ++j) acc[i][j] = tmp[i][j] * s + acc[i][j];
-    }
+        for (int j = 0; j < Cfg::FN; ++j)
+          bv[j] = *(const long*)(cur + (BM + wn0 + j * MT + lrow) * kLdsStride + ks * Cfg::KI + lk);
+#pragma unroll
+        for (int i = 0; i < Cfg::FM; ++i)
+#pragma unroll
+          for (int j = 0; j < Cfg::FN; ++j) tmp[i][j] = M::run(av[i], bv[j], tmp[i][j]);
+        __builtin_amdgcn_sched_barrier(0);  // bound the operand registers to one K-step
+      }
 
-    __syncthreads();  // every wave is done reading this K-block's LDS
-    if (more) {
-      stA.store(sA, tid, wave);
-      stB.store(sB, tid, wave);
-      if (tid < BM) lds_sa[tid] = sa_next;
+      if (h == 1) {
+        // Scale product on this K-block's fp32 partial sums. Result element e of a fragment is
+        // row 8*(e/4) + 4*(lane/MT) + e%4, column lane%MT (both MFMA shapes).
+#pragma unroll
+        for (int i = 0; i < Cfg::FM; ++i) {
+          acc_t sc;
+#pragma unroll
+          for (int e = 0; e < Cfg::NACC; ++e)
+            sc[e] = lds_sa[par][wm0 + i * MT + 8 * (e / 4) + 4 * (lane / MT) + (e % 4)] * sb_cur;
+#pragma unroll
+          for (int j = 0; j < Cfg::FN; ++j) acc[i][j] = tmp[i][j] * sc + acc[i][j];
+        }
+      }
+      __syncthreads();  // stage s consumed by every wave; stage s+1 written
     }
-    __syncthreads();
   }
 
   // Epilogue: bf16 straight to C, or fp32 partials to this split's slice of the workspace.
@@ -420,17 +444,16 @@ inline void launch_config(const Args& args, const Plan& plan, int layout, Launch
   using Cfg = typename CfgOf<C>::type;
   const dim3 grid((unsigned)(plan.tiles_m * plan.tiles_n), (unsigned)plan.splits, 1u);
   const dim3 block((unsigned)Cfg::THREADS, 1u, 1u);
-  constexpr bool kHasBytePath = C != 0;  // see config_has_byte_path()
   if (layout == kSeed) {
-    if (plan.vec || !kHasBytePath)
+    if (plan.vec)
       launch(KernelOf<C, kSeed, true>::ptr, grid, block, args);
     else
-      launch(KernelOf<C, kSeed, kHasBytePath ? false : true>::ptr, grid, block, args);
+      launch(KernelOf<C, kSeed, false>::ptr, grid, block, args);
   } else {
-    if (plan.vec || !kHasBytePath)
+    if (plan.vec)
       launch(KernelOf<C, kNatural, true>::ptr, grid, block, args);
     else
-      launch(KernelOf<C, kNatural, kHasBytePath ? false : true>::ptr, grid, block, args);
+      launch(KernelOf<C, kNatural, false>::ptr, grid, block, args);
   }
 }
 
@@ -445,9 +468,6 @@ inline Plan plan_problem(const Problem& pr, int force_config = -1, int force_spl
 // `workspace` must hold plan.workspace_bytes floats' worth of bytes (ignored when splits == 1).
 template <class Launch>
 inline void run_gemm(const Problem& pr, const Plan& plan, float* workspace, Launch&& launch) {
-  if (!plan.vec && !config_has_byte_path(plan.config))  // make_plan never returns this
-    return run_gemm(pr, make_plan(pr.M, pr.N, pr.K, pr.layout, false, 1, plan.splits), workspace,
-                    launch);
   Args args;
   args.a = (const uint8_t*)pr.a;
   args.b = (const uint8_t*)pr.b;
@@ -482,7 +502,9 @@ inline void run_gemm(const Problem& pr, const Plan& plan, float* workspace, Laun
 template <class Visit>
 inline void for_each_kernel(Visit&& visit) {
   visit("gemm_kernel<t256x128,seed,vec>", KernelOf<0, kSeed, true>::ptr);
+  visit("gemm_kernel<t256x128,seed,bytes>", KernelOf<0, kSeed, false>::ptr);
   visit("gemm_kernel<t256x128,natural,vec>", KernelOf<0, kNatural, true>::ptr);
+  visit("gemm_kernel<t256x128,natural,bytes>", KernelOf<0, kNatural, false>::ptr);
   visit("gemm_kernel<t128x128,seed,vec>", KernelOf<1, kSeed, true>::ptr);
   visit("gemm_kernel<t128x128,seed,bytes>", KernelOf<1, kSeed, false>::ptr);
   visit("gemm_kernel<t128x128,natural,vec>", KernelOf<1, kNatural, true>::ptr);

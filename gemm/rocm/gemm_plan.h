@@ -62,10 +62,6 @@ struct Plan {
   double est_seconds = 0.0;    // cost-model estimate (design note / diagnostics only)
 };
 
-// The byte-load path (unaligned or huge operands) exists for t128x128 and t64x64 only: with
-// byte loads in flight the t256x128 tile does not fit its 256-register budget (the gate checks).
-inline bool config_has_byte_path(int config) { return config != 0; }
-
 inline int ceil_div(long long a, long long b) { return int((a + b - 1) / b); }
 
 // Cost model: a block's time is its K-blocks times the MFMA time of one K-block at the config's
@@ -98,13 +94,6 @@ inline Plan make_plan(int M, int N, int K, int layout, bool aligned, int force_c
   const int c_lo = force_config >= 0 ? force_config : 0;
   const int c_hi = force_config >= 0 ? force_config : kNumConfigs - 1;
   for (int c = c_lo; c <= c_hi; ++c) {
-    if (!aligned && !config_has_byte_path(c)) {
-      if (force_config >= 0) {  // forced t256x128 on the byte path: nearest one that has it
-        Plan p = make_plan(M, N, K, layout, aligned, 1, force_splits);
-        return p;
-      }
-      continue;
-    }
     const int s_lo = force_splits > 0 ? force_splits : 1;
     const int s_hi = force_splits > 0 ? force_splits : kMaxSplits;
     for (int s_req = s_lo; s_req <= s_hi; ++s_req) {
