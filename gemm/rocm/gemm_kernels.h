@@ -366,7 +366,7 @@ __global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(A
         for (int i = 0; i < Cfg::FM; ++i)
 #pragma unroll
           for (int j = 0; j < Cfg::FN; ++j) tmp[i][j] = M::run(av[i], bv[j], tmp[i][j]);
-        __builtin_amdgcn_sched_barrier(0);  // bound the operand registers to one K-step
+        // (no sched_barrier: the scheduler may read the next K-step's operands under these MFMAs)
       }
 
       if (h == 1) {
