@@ -230,3 +230,41 @@ def test_divergent_mfma_is_refused(builder, sanitizer):
     proc = emu_build.run(exe, ["diverge"], sanitizer, expect_ok=False)
     assert proc.returncode != 0, proc.stdout
     assert "hip_emu:" in proc.stderr and "mfma_f32_16x16x32_fp8_fp8" in proc.stderr, proc.stderr[-2000:]
+
+
+# ----------------------------------------------------------------------------------------------
+# The safety nets themselves: each kind of kernel bug is caught by the tool meant to catch it.
+# ----------------------------------------------------------------------------------------------
+def test_tsan_reports_an_lds_race(builder):
+    exe = builder.build(SELFTEST, "tsan")
+    proc = emu_build.run(exe, ["race"], "tsan", expect_ok=False)
+    assert proc.returncode != 0 and "data race" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_asan_reports_lds_out_of_bounds(builder):
+    exe = builder.build(SELFTEST, "asan")
+    proc = emu_build.run(exe, ["lds_oob"], "asan", expect_ok=False)
+    assert proc.returncode != 0 and "global-buffer-overflow" in proc.stderr, proc.stderr[-2000:]
+    assert "buf" in proc.stderr  # names the __shared__ array
+
+
+def test_unwritten_lds_reads_poison_in_every_workgroup(builder, tmp_path):
+    import numpy as np
+
+    exe = builder.build(SELFTEST, "tsan")  # poisoning is on outside ASan builds
+    proc = emu_build.run(exe, ["lds_uninit", tmp_path], "tsan")
+    assert "poisoning=1" in proc.stdout
+    out = np.fromfile(tmp_path / "out.bin", dtype=np.uint32)
+    assert (out[:64] == 7).all()
+    assert (out[64:] == 0xFFFFFFFF).all(), "the second workgroup saw the first one's LDS"
+
+
+@pytest.mark.parametrize("sanitizer", emu_build.SANITIZERS)
+def test_divergent_barrier_reports_deadlock(builder, sanitizer, monkeypatch):
+    monkeypatch.setenv("GEMM_EMU_TIMEOUT_S", "3")
+    exe = builder.build(SELFTEST, sanitizer)
+    proc = emu_build.run(exe, ["deadlock"], sanitizer, timeout=120, expect_ok=False)
+    assert proc.returncode != 0
+    assert "hip_emu: deadlock" in proc.stderr, proc.stderr[-2000:]
+    assert "threads 0-31: __syncthreads" in proc.stderr, proc.stderr[-2000:]
+    assert "threads 32-63: __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8" in proc.stderr, proc.stderr[-2000:]

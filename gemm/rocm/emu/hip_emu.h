@@ -124,6 +124,9 @@ inline double timeout_seconds() {
   return t;
 }
 
+// Prints what every thread of the current workgroup waits on, then aborts (defined below).
+[[noreturn]] inline void report_deadlock(const char *what, double waited, int arrived);
+
 // Futex wait/wake on a 32-bit word (Linux). Only a sleeping mechanism: the ordering between
 // threads comes from the atomics and the mutex below, which the sanitizers understand.
 inline void futex_wait(std::atomic<uint32_t> *word, uint32_t expected, double seconds) {
@@ -198,9 +201,7 @@ class Rendezvous {
           std::lock_guard<std::mutex> lk(mu_);
           arrived = arrived_;
         }
-        fail("deadlock: %s waited %.0f s with %d of the threads arrived (divergent barrier or wave "
-             "instruction?)",
-             what, waited, arrived);
+        report_deadlock(what, waited, arrived);
       }
     }
   }
@@ -252,6 +253,7 @@ struct Wave {
 
 struct Workgroup {
   Rendezvous barrier;
+  std::unique_ptr<std::atomic<const char *>[]> waiting_on;  // per thread: rendezvous it waits at
   std::vector<std::unique_ptr<Wave>> waves;
   unsigned char *dynamic_lds = nullptr;
   size_t dynamic_lds_bytes = 0;
@@ -292,6 +294,7 @@ inline void collective(Op op, Fill &&fill, Compute &&compute, Read &&read) {
   fill(s);
   char msg[160];
   where(msg, sizeof msg, op_name(op));
+  t.wg->waiting_on[size_t(t.tid)].store(op_name(op), std::memory_order_relaxed);
   w.rv.arrive(
       [&] {
         bool present[kWaveSize];
@@ -305,7 +308,28 @@ inline void collective(Op op, Fill &&fill, Compute &&compute, Read &&read) {
         compute(w.slots[buf], present);
       },
       msg);
+  t.wg->waiting_on[size_t(t.tid)].store(nullptr, std::memory_order_relaxed);
   read(s);
+}
+
+[[noreturn]] inline void report_deadlock(const char *what, double waited, int arrived) {
+  static std::mutex once;
+  std::lock_guard<std::mutex> lk(once);  // one report, the other timed-out threads block here
+  std::fprintf(stderr, "hip_emu: deadlock: %s waited %.0f s with %d of the threads arrived (divergent "
+               "barrier or wave instruction?)\n", what, waited, arrived);
+  if (ctx.wg) {
+    const int n = int(blockDim.x * blockDim.y * blockDim.z);
+    int first = 0;
+    for (int t = 1; t <= n; ++t) {  // runs of threads waiting at the same place
+      const char *a = ctx.wg->waiting_on[size_t(first)].load(std::memory_order_relaxed);
+      const char *b = t < n ? ctx.wg->waiting_on[size_t(t)].load(std::memory_order_relaxed) : nullptr;
+      if (t < n && a == b) continue;
+      std::fprintf(stderr, "hip_emu:   threads %d-%d: %s\n", first, t - 1, a ? a : "running or returned");
+      first = t;
+    }
+  }
+  std::fflush(stderr);
+  std::abort();
 }
 
 inline void lane_retire() {
@@ -511,7 +535,9 @@ inline void syncthreads() {
   ThreadCtx &t = self("__syncthreads");
   char msg[160];
   where(msg, sizeof msg, "__syncthreads");
+  t.wg->waiting_on[size_t(t.tid)].store("__syncthreads", std::memory_order_relaxed);
   t.wg->barrier.arrive([] {}, msg);
+  t.wg->waiting_on[size_t(t.tid)].store(nullptr, std::memory_order_relaxed);
 }
 
 inline int lane_id() { return self("__lane_id").lane; }
@@ -607,6 +633,8 @@ void launch_impl(Kernel kernel, dim3 grid, dim3 block, size_t dynamic_lds, Args.
         Workgroup wg;
         wg.id = dim3(bx, by, bz);
         wg.barrier.reset(n);
+        wg.waiting_on.reset(new std::atomic<const char *>[size_t(n)]);
+        for (int i = 0; i < n; ++i) wg.waiting_on[size_t(i)].store(nullptr, std::memory_order_relaxed);
         for (int w = 0; w < nwaves; ++w) {
           wg.waves.emplace_back(new Wave());
           wg.waves.back()->lanes = std::min(kWaveSize, n - w * kWaveSize);

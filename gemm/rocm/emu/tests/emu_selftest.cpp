@@ -12,6 +12,11 @@
 //   emu_selftest cvtpk N DIR      a.bin, b.bin: (N) f32, old.bin, sel.bin: (N) i32 -> out.bin (N) i32
 //   emu_selftest misc DIR         collectives, LDS, atomics -> several .bin files (see kernel)
 //   emu_selftest diverge          MFMA with half of the wave returned: must abort with a message
+// Safety nets (each must be caught by the named tool):
+//   emu_selftest race             LDS written and read by other waves without __syncthreads (TSan)
+//   emu_selftest lds_oob          LDS read one element past the end of a __shared__ array (ASan)
+//   emu_selftest lds_uninit DIR   LDS read before written: poison (non-ASan builds) -> out.bin
+//   emu_selftest deadlock         half a wave at __syncthreads, half at an MFMA (timeout message)
 #define GEMM_HIP_EMULATOR 1
 #include "../hip_emu.h"
 
@@ -183,6 +188,43 @@ __global__ void k_diverge(float *out) {
   out[lane] = acc[0];
 }
 
+// ---- safety nets ------------------------------------------------------------------------------
+__global__ void k_race(int *out) {
+  __shared__ int buf[128];
+  const int tid = int(threadIdx.x);
+  buf[tid] = tid;
+  out[tid] = buf[127 - tid];  // missing __syncthreads: other wave's data
+}
+
+__global__ void k_lds_oob(int *out) {
+  __shared__ int buf[64];
+  const int tid = int(threadIdx.x);
+  buf[tid] = tid;
+  __syncthreads();
+  const int *p = buf;  // through a pointer, as kernels address LDS (UBSan's bounds check sees none)
+  out[tid] = p[tid + 1];  // lane 63 reads buf[64]
+}
+
+__global__ void k_lds_uninit(uint32_t *out) {
+  __shared__ uint32_t buf[64];
+  const int tid = int(threadIdx.x);
+  if (blockIdx.x == 0) buf[tid] = 7u;  // the second workgroup must not see this
+  out[blockIdx.x * 64 + tid] = buf[tid];
+}
+
+__global__ void k_deadlock(float *out) {
+  const int lane = int(threadIdx.x) % 64;
+  floatx4 acc = {0, 0, 0, 0};
+  if (lane < 32) {
+    __syncthreads();
+    acc = __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8(0L, 0L, acc, 0, 0, 0);
+  } else {
+    acc = __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8(0L, 0L, acc, 0, 0, 0);
+    __syncthreads();
+  }
+  out[lane] = acc[0];
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -219,6 +261,28 @@ int main(int argc, char **argv) {
     std::vector<float> out(64, 0.0f);
     emu::launch(k_diverge, dim3(1), dim3(64), out.data());
     std::printf("diverge: no error\n");
+    return 0;
+  }
+  if (mode == "race") {
+    std::vector<int> out(128, 0);
+    emu::launch(k_race, dim3(1), dim3(128), out.data());
+    return 0;
+  }
+  if (mode == "lds_oob") {
+    std::vector<int> out(64, 0);
+    emu::launch(k_lds_oob, dim3(1), dim3(64), out.data());
+    return 0;
+  }
+  if (mode == "lds_uninit" && argc == 3) {
+    std::vector<uint32_t> out(128, 0);
+    emu::launch(k_lds_uninit, dim3(2), dim3(64), out.data());
+    write_all(std::string(argv[2]) + "/out.bin", out);
+    std::printf("poisoning=%d\n", GEMM_EMU_LDS_POISON);
+    return 0;
+  }
+  if (mode == "deadlock") {
+    std::vector<float> out(64, 0.0f);
+    emu::launch(k_deadlock, dim3(1), dim3(64), out.data());
     return 0;
   }
   std::fprintf(stderr, "usage: see the comment at the top of emu_selftest.cpp\n");
