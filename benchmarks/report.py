@@ -128,6 +128,16 @@ def table(doc: dict, ours: str = "gemm") -> str:
     """One block per layout: a row per shape; our time, TFLOP/s and % of speed of light, then each peer's
     time with (peer time / our time) beside it: above 1x we are faster."""
     lines: list[str] = []
+    config = doc.get("config", {})
+    lines.append(
+        f"gemm on {doc['platform']} ({doc['env'].get('gpu') or doc['env'].get('cpu')}), variant {doc['variant']}, "
+        f"shapes {config.get('shapes')}; (x) = peer time / {ours} time: above 1x {ours} is faster"
+    )
+    if config.get("note"):
+        lines.append(f"note: {config['note']}")
+    if doc.get("sol"):
+        lines.append(f"%SOL against {doc['sol']['peak_tflops']} TFLOP/s, {doc['sol']['bandwidth_tbps']} TB/s")
+    lines.append("")
     records = doc["records"]
     impls = doc["impls"]
     by_key = {(r["m"], r["n"], r["k"], r["layout"], r["impl"]): r for r in records}

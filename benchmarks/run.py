@@ -405,12 +405,13 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
             f"scheduler{'' if torch.get_num_threads() == 1 else ' (try --threads 1)'}",
             file=sys.stderr,
         )
+    note = None
     if backend == "cpu" and args.shapes is None:
-        print(
-            "note: CPU run on a reduced shape set (cpu-default: 7 small shapes); "
-            "--shapes all runs the 29 contract shapes (slow)",
-            file=sys.stderr,
+        note = (
+            f"CPU run on a reduced shape set (cpu-default: {len(shapes)} small shapes); "
+            "--shapes all runs the 29 contract shapes (slow)"
         )
+        print(f"note: {note}", file=sys.stderr)
 
     sol = speed_of_light(platform_name, backend, args.peak, device, flusher, args.quick)
     if sol is not None:
@@ -474,6 +475,7 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
         "env": environment(torch, backend, gpu, variant_dir, loader),
         "config": {
             "shapes": shape_spec,
+            "note": note,
             "layouts": layouts,
             "sets": nsets,
             "quick": args.quick,
