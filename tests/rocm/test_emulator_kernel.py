@@ -37,7 +37,7 @@ TILES = {0: (256, 128), 1: (128, 128), 2: (64, 64)}  # gemm_plan.h config_info()
 ASAN_CASES = [
     ("seed", 0, 1, "vec", 200, 100, 256),
     ("natural", 0, 2, "vec", 100, 120, 384),
-    ("seed", 0, 1, "bytes-misaligned", 37, 77, 256),  # t256x128 has no byte path: t128x128
+    ("seed", 0, 1, "bytes-misaligned", 37, 77, 256),
     ("natural", 0, 1, "bytes", 1, 129, 128),
     ("seed", 1, 3, "vec", 68, 132, 640),
     ("natural", 1, 1, "bytes-misaligned", 129, 127, 256),
@@ -55,11 +55,6 @@ TSAN_CASES = [
     ("seed", 0, 1, "vec", 40, 40, 128),
     ("seed", 1, 2, "bytes-misaligned", 21, 130, 256),
 ]
-# The planner has no byte-load path for these configurations and takes the next one
-# (gemm/rocm/EMU_NEEDS.md: "forcing config 0 with aligned=false gives config 1").
-BYTE_PATH_FALLBACK = {0: 1}
-
-
 @pytest.fixture(scope="module")
 def builder(tmp_path_factory):
     return emu_build.Builder.for_session(tmp_path_factory, "emu_gemm")
@@ -108,9 +103,8 @@ def _run_case(builder, tmp_path, sanitizer, case):
 
     # The forced plan was honoured.
     if config >= 0:
-        expect = BYTE_PATH_FALLBACK.get(config, config) if path != "vec" else config
-        assert plan["config"] == expect, msg
-        bm, bn = TILES[expect]
+        assert plan["config"] == config, msg  # every config has a byte path (EMU_NEEDS.md)
+        bm, bn = TILES[config]
         assert (plan["tiles_m"], plan["tiles_n"]) == ((m + bm - 1) // bm, (n + bn - 1) // bn), msg
     if splits > 0:
         kbs = k // 128
@@ -155,8 +149,6 @@ def test_cases_cover_the_configuration_table():
     for config in TILES:
         for layout in ("seed", "natural"):
             paths = {c[3] for c in ASAN_CASES if c[0] == layout and c[1] == config}
-            assert "vec" in paths, (config, layout, paths)
-            if config not in BYTE_PATH_FALLBACK:
-                assert paths & {"bytes", "bytes-misaligned"}, (config, layout, paths)
+            assert "vec" in paths and paths & {"bytes", "bytes-misaligned"}, (config, layout, paths)
     assert any(c[2] > 1 for c in ASAN_CASES) and any(c[2] > 1 for c in TSAN_CASES)
     assert any(c[4] == 1 for c in ASAN_CASES) and any(c[5] % 128 and c[5] % 2 for c in ASAN_CASES)
