@@ -61,12 +61,13 @@ void check_cutlass(int rc, int cfg, int64_t M, int64_t N, int64_t K) {
               " failed for M=", M, " N=", N, " K=", K, " (cutlass::Status ", rc, ")");
 }
 
-// The GEMM on K-major operands; N % 8 != 0 (or an unaligned out) goes through a padded bf16 scratch,
-// since the TMA epilogue stores 16-byte rows.
+// The GEMM on K-major operands. CUTLASS's TMA epilogue needs N % 8 == 0 and 16-byte aligned output
+// rows: otherwise the problem runs with N rounded up to a multiple of 8 (w padded with zero rows in a
+// scratch copy, so no load reads past w) into a padded bf16 scratch, which is then copied to out.
 void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at::Tensor const &x_scale,
                   at::Tensor const &w_scale, Tuning tuning) {
   int64_t const M = x.size(0), K = x.size(1), N = w.size(0);
-  TORCH_CHECK(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX,
+  TORCH_CHECK(M <= INT32_MAX && N <= INT32_MAX - 8 && K <= INT32_MAX,
               "gemm (cuda): M, N and K must each fit in int32");
   TORCH_CHECK(aligned16(x.data_ptr()) && aligned16(w.data_ptr()),
               "gemm (cuda): x/a and w/b must start at 16-byte aligned addresses");
@@ -75,18 +76,25 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
   TORCH_CHECK(cfg < kNumConfigs, "gemm (cuda): no configuration ", cfg);
   int const device = x.get_device();
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
-  bool const direct = (N % 8 == 0) && aligned16(out.data_ptr());
-  at::Tensor d = direct ? out : at::empty({M, (N + 7) / 8 * 8}, out.options());
+  int64_t const Np = (N + 7) / 8 * 8;
+  bool const direct = (Np == N) && aligned16(out.data_ptr());
+  at::Tensor d = direct ? out : at::empty({M, Np}, out.options());
+  at::Tensor wp = w;
+  if (Np != N) {
+    wp = at::empty({Np, K}, w.options());
+    C10_CUDA_CHECK(cudaMemcpyAsync(wp.data_ptr(), w.data_ptr(), N * K, cudaMemcpyDeviceToDevice, stream));
+    C10_CUDA_CHECK(cudaMemsetAsync(static_cast<uint8_t *>(wp.data_ptr()) + N * K, 0, (Np - N) * K, stream));
+  }
 
   GemmArgs g{};
   g.d = d.data_ptr();
-  g.ldd = d.size(1);
+  g.ldd = Np;
   g.x = x.data_ptr();
-  g.w = w.data_ptr();
+  g.w = wp.data_ptr();
   g.sx = x_scale.data_ptr<float>();
   g.sw = w_scale.data_ptr<float>();
   g.M = static_cast<int>(M);
-  g.N = static_cast<int>(N);
+  g.N = static_cast<int>(Np);
   g.K = static_cast<int>(K);
   g.device = device;
   g.sm_count = sm_count(device);

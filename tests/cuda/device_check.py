@@ -31,15 +31,41 @@ FP8 = torch.float8_e4m3fn
 BLOCK = 128
 
 TEST_SHAPES = [  # (m, n, k): the challenge's tests
-    (64, 64, 128), (64, 1536, 7168), (64, 3072, 1536), (64, 576, 7168), (96, 7168, 256),
-    (96, 7168, 2048), (96, 4608, 7168), (128, 7168, 2304), (128, 512, 7168), (512, 4096, 512),
+    (64, 64, 128),
+    (64, 1536, 7168),
+    (64, 3072, 1536),
+    (64, 576, 7168),
+    (96, 7168, 256),
+    (96, 7168, 2048),
+    (96, 4608, 7168),
+    (128, 7168, 2304),
+    (128, 512, 7168),
+    (512, 4096, 512),
     (512, 1536, 7168),
 ]
-NK = [(1536, 7168), (3072, 1536), (576, 7168), (7168, 256), (7168, 2048), (4608, 7168), (7168, 2304),
-      (512, 7168), (4096, 512)]
+NK = [
+    (1536, 7168),
+    (3072, 1536),
+    (576, 7168),
+    (7168, 256),
+    (7168, 2048),
+    (4608, 7168),
+    (7168, 2304),
+    (512, 7168),
+    (4096, 512),
+]
 BENCH_SHAPES = [(m, n, k) for m in (1024, 6144) for (n, k) in NK]
-EXTRA_SHAPES = [(1, 1, 128), (1, 7168, 512), (3, 5, 256), (200, 300, 640), (129, 257, 384),
-                (17, 1000, 1280), (250, 130, 128), (1000, 24, 256), (33, 136, 2048)]
+EXTRA_SHAPES = [
+    (1, 1, 128),
+    (1, 7168, 512),
+    (3, 5, 256),
+    (200, 300, 640),
+    (129, 257, 384),
+    (17, 1000, 1280),
+    (250, 130, 128),
+    (1000, 24, 256),
+    (33, 136, 2048),
+]
 
 
 def cutlass_include_dirs() -> list[str]:
@@ -65,18 +91,32 @@ def load_jit(prebuilt: str | None = None, verbose: bool = False):
             raise SystemExit(f"prebuilt objects missing: {missing}")
     else:
         sources += others
-    flags = ["-O3", "-DNDEBUG", "-DCUDA_KERNEL", "--expt-relaxed-constexpr", "-std=c++20",
-             "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
-             "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__"]
-    return load(name="gemm_cuda_jit", sources=[str(s) for s in sources],
-                extra_include_paths=cutlass_include_dirs() + [str(cuda_dir), str(ROOT / "torch-ext")],
-                extra_cflags=["-O2", "-DCUDA_KERNEL"], extra_cuda_cflags=flags, extra_ldflags=ldflags,
-                verbose=verbose)
+    flags = [
+        "-O3",
+        "-DNDEBUG",
+        "-DCUDA_KERNEL",
+        "--expt-relaxed-constexpr",
+        "-std=c++20",
+        "-U__CUDA_NO_HALF_OPERATORS__",
+        "-U__CUDA_NO_HALF_CONVERSIONS__",
+        "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+        "-U__CUDA_NO_HALF2_OPERATORS__",
+    ]
+    return load(
+        name="gemm_cuda_jit",
+        sources=[str(s) for s in sources],
+        extra_include_paths=cutlass_include_dirs() + [str(cuda_dir), str(ROOT / "torch-ext")],
+        extra_cflags=["-O2", "-DCUDA_KERNEL"],
+        extra_cuda_cflags=flags,
+        extra_ldflags=ldflags,
+        verbose=verbose,
+    )
 
 
 # ------------------------------------------------------------------------------------------------
 # inputs and reference
 # ------------------------------------------------------------------------------------------------
+
 
 def make_inputs(m: int, n: int, k: int, gen: torch.Generator, dev="cuda"):
     kb, nb = k // BLOCK, (n + BLOCK - 1) // BLOCK
@@ -107,27 +147,33 @@ def check_close(out: torch.Tensor, ref: torch.Tensor) -> dict:
     tol = 1e-3 + 2e-2 * ref.abs()
     bad = int((diff > tol).sum()) if finite else o.numel()
     rel = float(torch.linalg.vector_norm(o - ref) / torch.linalg.vector_norm(ref).clamp_min(1e-30))
-    return {"ok": finite and bad == 0, "finite": finite, "bad": bad, "rel_fro": rel,
-            "max_abs": float(diff.max()) if finite else float("nan")}
+    return {
+        "ok": finite and bad == 0,
+        "finite": finite,
+        "bad": bad,
+        "rel_fro": rel,
+        "max_abs": float(diff.max()) if finite else float("nan"),
+    }
 
 
 # ------------------------------------------------------------------------------------------------
 # correctness
 # ------------------------------------------------------------------------------------------------
 
-def correctness(mod, log) -> dict:
+
+def correctness(mod, log, extra: bool = True) -> dict:
     gen = torch.Generator(device="cuda")
     gen.manual_seed(1234)
     results = []
     ncfg = mod.num_configs()
-    shapes = TEST_SHAPES + BENCH_SHAPES + EXTRA_SHAPES
+    shapes = TEST_SHAPES + BENCH_SHAPES + (EXTRA_SHAPES if extra else [])
     rng = torch.Generator().manual_seed(99)
     for _ in range(8):  # random shapes
         m = int(torch.randint(1, 700, (1,), generator=rng))
         n = int(torch.randint(1, 900, (1,), generator=rng))
         k = BLOCK * int(torch.randint(1, 12, (1,), generator=rng))
         shapes.append((m, n, k))
-    for (m, n, k) in shapes:
+    for m, n, k in shapes:
         x, w, xs, ws = make_inputs(m, n, k, gen)
         ref = reference(x, w, xs, ws)
         a, b, sa, sb = to_seed(x, w, xs, ws)
@@ -168,7 +214,8 @@ def correctness(mod, log) -> dict:
 # timing
 # ------------------------------------------------------------------------------------------------
 
-def bench(fn, nsets: int) -> float:
+
+def bench(fn, nsets: int, warmup: int = 25, rep: int = 100) -> float:
     from triton.testing import do_bench
 
     state = {"i": 0}
@@ -177,7 +224,7 @@ def bench(fn, nsets: int) -> float:
         fn(state["i"] % nsets)
         state["i"] += 1
 
-    return do_bench(call, warmup=25, rep=100, return_mode="median") * 1e3  # us
+    return do_bench(call, warmup=warmup, rep=rep, return_mode="median") * 1e3  # us
 
 
 def time_shape(mod, log, m: int, n: int, k: int, nsets: int, gen, sweep: bool) -> dict:
@@ -193,22 +240,33 @@ def time_shape(mod, log, m: int, n: int, k: int, nsets: int, gen, sweep: bool) -
         a, b, sa, sb = to_seed(x, w, xs, ws)
         sbp = torch.zeros(nb, l4, device="cuda")
         sbp[:, :kb] = ws
-        sets.append({
-            "x": x, "w": w, "xs": xs, "ws": ws, "a": a, "b": b, "sa": sa, "sb": sb,
-            "t_sa": xs.t().contiguous().t(), "t_sb": sbp.t(),
-            "xb": (x.float() * xs.repeat_interleave(BLOCK, 1)).bfloat16(),
-            "wb": (w.float() * ws.repeat_interleave(BLOCK, 0)[:n].repeat_interleave(BLOCK, 1)).bfloat16(),
-            "out": torch.empty(m, n, device="cuda", dtype=torch.bfloat16),
-            "px": torch.empty(m, k, device="cuda", dtype=FP8),
-            "pw": torch.empty(n, k, device="cuda", dtype=FP8),
-            "psx": torch.empty(m, kb, device="cuda"), "psw": torch.empty(nb, kb, device="cuda"),
-        })
+        sets.append(
+            {
+                "x": x,
+                "w": w,
+                "xs": xs,
+                "ws": ws,
+                "a": a,
+                "b": b,
+                "sa": sa,
+                "sb": sb,
+                "t_sa": xs.t().contiguous().t(),
+                "t_sb": sbp.t(),
+                "xb": (x.float() * xs.repeat_interleave(BLOCK, 1)).bfloat16(),
+                "wb": (w.float() * ws.repeat_interleave(BLOCK, 0)[:n].repeat_interleave(BLOCK, 1)).bfloat16(),
+                "out": torch.empty(m, n, device="cuda", dtype=torch.bfloat16),
+                "px": torch.empty(m, k, device="cuda", dtype=FP8),
+                "pw": torch.empty(n, k, device="cuda", dtype=FP8),
+                "psx": torch.empty(m, kb, device="cuda"),
+                "psw": torch.empty(nb, kb, device="cuda"),
+            }
+        )
     flops = 2.0 * m * n * k
     row = {"m": m, "n": n, "k": k, "pick": mod.pick_tuning(m, n, k)}
 
-    def t(name, fn):
+    def t(name, fn, warmup=25, rep=100):
         try:
-            us = bench(fn, nsets)
+            us = bench(fn, nsets, warmup, rep)
             row[name] = us
         except Exception as e:  # noqa: BLE001
             row[name] = None
@@ -216,39 +274,76 @@ def time_shape(mod, log, m: int, n: int, k: int, nsets: int, gen, sweep: bool) -
             log(f"  {name} failed: {e!r}"[:400])
 
     for c in range(ncfg):
-        t(f"cfg{c}", lambda i, c=c: mod.natural_cfg(sets[i]["out"], sets[i]["x"], sets[i]["w"],
-                                                    sets[i]["xs"], sets[i]["ws"], c))
+        t(
+            f"cfg{c}",
+            lambda i, c=c: mod.natural_cfg(sets[i]["out"], sets[i]["x"], sets[i]["w"], sets[i]["xs"], sets[i]["ws"], c),
+            10,
+            50,
+        )
     if sweep:
-        for (c, r, sw, sp) in SWEEP:
-            t(f"var_{c}_{r}_{sw}_{sp}",
-              lambda i, c=c, r=r, sw=sw, sp=sp: mod.natural_cfg(
-                  sets[i]["out"], sets[i]["x"], sets[i]["w"], sets[i]["xs"], sets[i]["ws"], c, r, sw, sp))
-    t("ours_natural", lambda i: mod.gemm_natural(sets[i]["out"], sets[i]["x"], sets[i]["w"],
-                                                 sets[i]["xs"], sets[i]["ws"]))
-    t("ours_seed", lambda i: mod.gemm_seed(sets[i]["out"], sets[i]["a"], sets[i]["b"],
-                                           sets[i]["sa"], sets[i]["sb"]))
-    t("seed_prep", lambda i: mod.seed_prepare(sets[i]["px"], sets[i]["pw"], sets[i]["psx"],
-                                              sets[i]["psw"], sets[i]["a"], sets[i]["b"],
-                                              sets[i]["sa"], sets[i]["sb"]))
+        for c, r, sw, sp in SWEEP:
+            t(
+                f"var_{c}_{r}_{sw}_{sp}",
+                lambda i, c=c, r=r, sw=sw, sp=sp: mod.natural_cfg(
+                    sets[i]["out"], sets[i]["x"], sets[i]["w"], sets[i]["xs"], sets[i]["ws"], c, r, sw, sp
+                ),
+                10,
+                30,
+            )
+    t(
+        "ours_natural",
+        lambda i: mod.gemm_natural(sets[i]["out"], sets[i]["x"], sets[i]["w"], sets[i]["xs"], sets[i]["ws"]),
+    )
+    t("ours_seed", lambda i: mod.gemm_seed(sets[i]["out"], sets[i]["a"], sets[i]["b"], sets[i]["sa"], sets[i]["sb"]))
+    t(
+        "seed_prep",
+        lambda i: mod.seed_prepare(
+            sets[i]["px"],
+            sets[i]["pw"],
+            sets[i]["psx"],
+            sets[i]["psw"],
+            sets[i]["a"],
+            sets[i]["b"],
+            sets[i]["sa"],
+            sets[i]["sb"],
+        ),
+    )
 
     def torch_bw(i):
         s = sets[i]
-        return F.scaled_mm(s["x"], s["w"].t(), s["t_sa"], F.ScalingType.BlockWise1x128, s["t_sb"],
-                           F.ScalingType.BlockWise128x128, output_dtype=torch.bfloat16)
+        return F.scaled_mm(
+            s["x"],
+            s["w"].t(),
+            s["t_sa"],
+            F.ScalingType.BlockWise1x128,
+            s["t_sb"],
+            F.ScalingType.BlockWise128x128,
+            output_dtype=torch.bfloat16,
+        )
 
     t("torch_blockwise", torch_bw)
-    t("fp8_per_tensor", lambda i: torch._scaled_mm(sets[i]["x"], sets[i]["w"].t(), one, one,
-                                                   out_dtype=torch.bfloat16))
-    t("fp8_per_tensor_fast", lambda i: torch._scaled_mm(sets[i]["x"], sets[i]["w"].t(), one, one,
-                                                        out_dtype=torch.bfloat16, use_fast_accum=True))
+    t("fp8_per_tensor", lambda i: torch._scaled_mm(sets[i]["x"], sets[i]["w"].t(), one, one, out_dtype=torch.bfloat16))
+    t(
+        "fp8_per_tensor_fast",
+        lambda i: torch._scaled_mm(
+            sets[i]["x"], sets[i]["w"].t(), one, one, out_dtype=torch.bfloat16, use_fast_accum=True
+        ),
+    )
     t("bf16", lambda i: sets[i]["xb"] @ sets[i]["wb"].t())
 
     def seed_torch(i):
         s = sets[i]
         xt = s["a"].t().contiguous()
         wt = s["b"].t().contiguous()
-        return F.scaled_mm(xt, wt.t(), s["sa"].t(), F.ScalingType.BlockWise1x128, s["t_sb"],
-                           F.ScalingType.BlockWise128x128, output_dtype=torch.bfloat16)
+        return F.scaled_mm(
+            xt,
+            wt.t(),
+            s["sa"].t(),
+            F.ScalingType.BlockWise1x128,
+            s["t_sb"],
+            F.ScalingType.BlockWise128x128,
+            output_dtype=torch.bfloat16,
+        )
 
     t("seed_transpose_torch_blockwise", seed_torch)
     # correctness of the torch baseline on set 0 (so the comparison is like for like)
@@ -260,8 +355,9 @@ def time_shape(mod, log, m: int, n: int, k: int, nsets: int, gen, sweep: bool) -
         del ref
     except Exception as e:  # noqa: BLE001
         row["check_error"] = repr(e)[:300]
-    variants = {key: v for key, v in row.items()
-                if (key.startswith("cfg") or key.startswith("var_")) and isinstance(v, float)}
+    variants = {
+        key: v for key, v in row.items() if (key.startswith("cfg") or key.startswith("var_")) and isinstance(v, float)
+    }
     if variants:
         best = min(variants, key=variants.get)
         row["best_variant"], row["best_variant_us"] = best, variants[best]
@@ -270,18 +366,32 @@ def time_shape(mod, log, m: int, n: int, k: int, nsets: int, gen, sweep: bool) -
     if row.get("seed_prep"):
         row["seed_prep_GBps"] = prep_bytes / (row["seed_prep"] * 1e-6) / 1e9
     cfgs = " ".join(f"{row.get(f'cfg{c}') or float('nan'):7.1f}" for c in range(ncfg))
-    log(f"{m:5d} {n:5d} {k:5d} | ours {row.get('ours_natural') or float('nan'):7.1f} seed "
+    log(
+        f"{m:5d} {n:5d} {k:5d} | ours {row.get('ours_natural') or float('nan'):7.1f} seed "
         f"{row.get('ours_seed') or float('nan'):7.1f} prep {row.get('seed_prep') or float('nan'):6.1f} | "
         f"torch {row.get('torch_blockwise') or float('nan'):7.1f} pt {row.get('fp8_per_tensor') or float('nan'):7.1f} "
         f"ptfast {row.get('fp8_per_tensor_fast') or float('nan'):7.1f} bf16 {row.get('bf16') or float('nan'):7.1f} "
         f"seedtorch {row.get('seed_transpose_torch_blockwise') or float('nan'):7.1f} | cfgs {cfgs} "
-        f"| pick {row['pick']} | best {row.get('best_variant')} {row.get('best_variant_us') or float('nan'):.1f}")
+        f"| pick {row['pick']} | best {row.get('best_variant')} {row.get('best_variant_us') or float('nan'):.1f}"
+    )
     return row
 
 
 # (cfg, raster, swizzle, splits) variants timed besides each configuration's defaults
-SWEEP = [(0, 1, 1, 1), (0, 2, 1, 1), (0, 1, 4, 1), (0, 2, 4, 1), (2, 1, 1, 1), (2, 2, 1, 1), (2, 1, 4, 1),
-         (2, 2, 4, 1), (1, 0, 1, 2), (1, 0, 1, 4), (3, 2, 4, 1), (4, 1, 4, 1)]
+SWEEP = [
+    (0, 1, 1, 1),
+    (0, 2, 1, 1),
+    (0, 1, 4, 1),
+    (0, 2, 4, 1),
+    (2, 1, 1, 1),
+    (2, 2, 1, 1),
+    (2, 1, 4, 1),
+    (2, 2, 4, 1),
+    (1, 0, 1, 2),
+    (1, 0, 1, 4),
+    (3, 2, 4, 1),
+    (4, 1, 4, 1),
+]
 
 
 def timing(mod, log, nsets: int = 4, shapes=None, sweep: bool = True) -> list[dict]:
@@ -289,7 +399,7 @@ def timing(mod, log, nsets: int = 4, shapes=None, sweep: bool = True) -> list[di
     gen.manual_seed(4321)
     rows = []
     shapes = shapes or (BENCH_SHAPES + [(8192, 8192, 8192)])
-    for (m, n, k) in shapes:
+    for m, n, k in shapes:
         rows.append(time_shape(mod, log, m, n, k, nsets, gen, sweep))
         torch.cuda.empty_cache()
     return rows
@@ -300,9 +410,11 @@ def tables(rows: list[dict], ncfg: int, names: list[str]) -> str:
         v = row.get(key)
         return f"{v:.1f} ({row['flops'] / (v * 1e-6) / 1e12:.0f})" if v else "-"
 
-    out = ["| m, n, k | ours natural us (TFLOP/s) | ours seed | torch blockwise | fp8 per-tensor | "
-           "fp8 per-tensor fast | bf16 | transpose+torch bw | torch/ours | seed/natural | ours/per-tensor |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    out = [
+        "| m, n, k | ours natural us (TFLOP/s) | ours seed | torch blockwise | fp8 per-tensor | "
+        "fp8 per-tensor fast | bf16 | transpose+torch bw | torch/ours | seed/natural | ours/per-tensor |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     ratios, seed_ratios = [], []
     for r in rows:
         ours, tb = r.get("ours_natural"), r.get("torch_blockwise")
@@ -313,15 +425,18 @@ def tables(rows: list[dict], ncfg: int, names: list[str]) -> str:
             ratios.append(ratio)
         if sr and (r["m"], r["n"], r["k"]) != (8192, 8192, 8192):
             seed_ratios.append(sr)
-        out.append(f"| {r['m']}, {r['n']}, {r['k']} | {tf(r, 'ours_natural')} | {tf(r, 'ours_seed')} | "
-                   f"{tf(r, 'torch_blockwise')} | {tf(r, 'fp8_per_tensor')} | {tf(r, 'fp8_per_tensor_fast')} | "
-                   f"{tf(r, 'bf16')} | {tf(r, 'seed_transpose_torch_blockwise')} | "
-                   f"{ratio or float('nan'):.3f} | {sr or float('nan'):.3f} | "
-                   f"{(pt / ours) if pt and ours else float('nan'):.3f} |")
+        out.append(
+            f"| {r['m']}, {r['n']}, {r['k']} | {tf(r, 'ours_natural')} | {tf(r, 'ours_seed')} | "
+            f"{tf(r, 'torch_blockwise')} | {tf(r, 'fp8_per_tensor')} | {tf(r, 'fp8_per_tensor_fast')} | "
+            f"{tf(r, 'bf16')} | {tf(r, 'seed_transpose_torch_blockwise')} | "
+            f"{ratio or float('nan'):.3f} | {sr or float('nan'):.3f} | "
+            f"{(pt / ours) if pt and ours else float('nan'):.3f} |"
+        )
     if ratios:
         gm = math.exp(sum(map(math.log, ratios)) / len(ratios))
-        out.append(f"\ngeomean torch_blockwise/ours over {len(ratios)} challenge shapes: {gm:.3f}; "
-                   f"min {min(ratios):.3f}")
+        out.append(
+            f"\ngeomean torch_blockwise/ours over {len(ratios)} challenge shapes: {gm:.3f}; min {min(ratios):.3f}"
+        )
     if seed_ratios:
         gs = math.exp(sum(map(math.log, seed_ratios)) / len(seed_ratios))
         out.append(f"geomean seed/natural: {gs:.3f}; max {max(seed_ratios):.3f}")
@@ -329,8 +444,10 @@ def tables(rows: list[dict], ncfg: int, names: list[str]) -> str:
     out.append("|---|---:|" + "---:|" * ncfg + "---|")
     for r in rows:
         vals = " | ".join(f"{r.get(f'cfg{c}'):.1f}" if r.get(f"cfg{c}") else "-" for c in range(ncfg))
-        out.append(f"| {r['m']}, {r['n']}, {r['k']} | {r['pick']} | {vals} | "
-                   f"{r.get('best_variant')} {r.get('best_variant_us') or float('nan'):.1f} |")
+        out.append(
+            f"| {r['m']}, {r['n']}, {r['k']} | {r['pick']} | {vals} | "
+            f"{r.get('best_variant')} {r.get('best_variant_us') or float('nan'):.1f} |"
+        )
     return "\n".join(out)
 
 
@@ -341,6 +458,8 @@ def main() -> int:
     ap.add_argument("--skip-bench", action="store_true")
     ap.add_argument("--skip-check", action="store_true")
     ap.add_argument("--nsets", type=int, default=4)
+    ap.add_argument("--build-only", action="store_true")
+    ap.add_argument("--no-extra", action="store_true", help="leave EXTRA_SHAPES out of the correctness pass")
     args = ap.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -353,17 +472,18 @@ def main() -> int:
 
     torch.backends.cuda.matmul.allow_tf32 = False
     props = torch.cuda.get_device_properties(0)
-    log(f"device: {props.name} sms={props.multi_processor_count} torch={torch.__version__} "
-        f"cuda={torch.version.cuda}")
+    log(f"device: {props.name} sms={props.multi_processor_count} torch={torch.__version__} cuda={torch.version.cuda}")
     t0 = time.time()
     mod = load_jit(args.prebuilt, verbose=False)
     log(f"build+load: {time.time() - t0:.1f}s")
     names = [mod.config_name(c) for c in range(mod.num_configs())]
     log(f"configs: {names}")
     result = {"device": props.name, "torch": torch.__version__, "configs": names}
+    if args.build_only:
+        return 0
     if not args.skip_check:
         t0 = time.time()
-        result["correctness"] = correctness(mod, log)
+        result["correctness"] = correctness(mod, log, extra=not args.no_extra)
         log(f"correctness took {time.time() - t0:.1f}s")
     if not args.skip_bench:
         t0 = time.time()

@@ -70,8 +70,18 @@ def compiled(tmp_path_factory) -> dict[str, tuple[int, str]]:
         stub.mkdir(parents=True)
         (stub / "cuda_cmake_macros.h").write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
         torch_inc.append(tmp / "stub")
-    flags = ["-std=c++20", "-O3", "-DNDEBUG", "-DCUDA_KERNEL", "--expt-relaxed-constexpr",
-             "-gencode=arch=compute_90a,code=sm_90a", "-Xcompiler", "-fPIC", "-Xptxas", "-v"]
+    flags = [
+        "-std=c++20",
+        "-O3",
+        "-DNDEBUG",
+        "-DCUDA_KERNEL",
+        "--expt-relaxed-constexpr",
+        "-gencode=arch=compute_90a,code=sm_90a",
+        "-Xcompiler",
+        "-fPIC",
+        "-Xptxas",
+        "-v",
+    ]
     incs = [f"-I{d}" for d in [*cutlass, *torch_inc, CUDA_DIR, ROOT / "torch-ext"]]
 
     def build(src: Path) -> tuple[int, str]:
@@ -139,5 +149,6 @@ def test_seed_transpose_kernels_do_not_spill(compiled):
     assert rc == 0
     ks = _kernels(log)
     assert {"seed_prep_kernel", "transpose_bytes_kernel"} <= {
-        name for k in ks for name in ("seed_prep_kernel", "transpose_bytes_kernel") if name in k["name"]}
+        name for k in ks for name in ("seed_prep_kernel", "transpose_bytes_kernel") if name in k["name"]
+    }
     assert all(k["spill"] == 0 for k in ks), ks
