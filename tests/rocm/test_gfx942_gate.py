@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,19 @@ def test_gate_reports_a_missing_toolchain(monkeypatch, capsys):
     rc = gate.main(["--src", str(Path(gate.ROCM_DIR) / "gemm_rocm.hip")])
     err = capsys.readouterr().err
     assert rc == 2 and "cannot run" in err
+
+
+def test_host_plan_invariants(tmp_path):
+    """The host-side plan the launcher and the gate share (gemm_plan.h), compiled with clang-19 under
+    UBSan: every split non-empty, workspace exact and bounded, tiles cover M x N, forced choices
+    respected, every configuration chosen for some shape (gemm/rocm/tools/plan_check.cpp)."""
+    _toolchain_or_skip()
+    exe = tmp_path / "plan_check"
+    cmd = [gate.tool("clang++-19"), "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", "-fsanitize=undefined",
+           "-fno-sanitize-recover=all", f"-I{gate.ROCM_DIR}", str(gate.ROCM_DIR / "tools" / "plan_check.cpp"),
+           "-o", str(exe)]  # fmt: skip
+    build = subprocess.run(cmd, capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "0 failures" in run.stdout
