@@ -173,19 +173,18 @@ def kernel_metadata(obj: Path) -> list[dict]:
 
 
 def waves_per_simd(vgpr_total: int, lds: int, max_threads: int) -> int:
-    """Occupancy of one SIMD from registers (512-entry file, granule 8) and LDS."""
+    """Occupancy of one SIMD: registers (512-entry file, granule 8) and LDS (64 KiB per CU) decide how
+    many whole workgroups a CU holds; a workgroup's waves spread over the CU's 4 SIMDs."""
     granule = 8
     regs = max(granule, -(-vgpr_total // granule) * granule)
     by_regs = min(MAX_WAVES_PER_SIMD, VGPR_FILE_PER_SIMD // regs)
     waves_per_block = max(1, -(-max_threads // 64))
+    blocks = (by_regs * SIMDS_PER_CU) // waves_per_block  # whole workgroups the register files hold
     if lds > 0:
-        blocks = LDS_LIMIT // lds
-        by_lds = blocks * waves_per_block // SIMDS_PER_CU
-        # a block's waves spread over the 4 SIMDs; registers may also cap whole blocks
-        blocks_by_regs = (by_regs * SIMDS_PER_CU) // waves_per_block
-        by_lds = min(by_lds, blocks_by_regs * waves_per_block // SIMDS_PER_CU) if blocks_by_regs else by_regs
-        return max(0, min(by_regs, by_lds))
-    return by_regs
+        blocks = min(blocks, LDS_LIMIT // lds)
+    if blocks == 0:
+        return 0
+    return max(1, min(by_regs, blocks * waves_per_block // SIMDS_PER_CU))
 
 
 def inspect_object(obj: Path, tu: str) -> list[KernelReport]:

@@ -151,3 +151,18 @@ def test_host_plan_invariants(tmp_path):
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "0 failures" in run.stdout
+
+
+@pytest.mark.parametrize(
+    ("vgprs", "lds", "threads", "waves"),
+    [
+        (216, 57344, 512, 2),  # t256x128: 2 waves/SIMD, one workgroup per CU (LDS)
+        (88, 18944, 256, 3),  # t64x64: LDS holds 3 workgroups of 4 waves
+        (10, 0, 256, 8),  # capped at 8 waves/SIMD
+        (256, 0, 1024, 0),  # 16 waves of 256 registers do not fit a CU: not launchable
+        (40, 70000, 64, 0),  # LDS over 64 KiB
+        (512, 0, 64, 1),
+    ],
+)
+def test_occupancy_model(vgprs, lds, threads, waves):
+    assert gate.waves_per_simd(vgprs, lds, threads) == waves
