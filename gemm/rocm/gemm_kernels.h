@@ -91,6 +91,15 @@ template <> struct CfgOf<0> { using type = Cfg0; };
 template <> struct CfgOf<1> { using type = Cfg1; };
 template <> struct CfgOf<2> { using type = Cfg2; };
 static_assert(kNumConfigs == 3, "keep CfgOf in step with config_info()");
+template <int I>
+constexpr bool cfg_matches_table() {
+  using C = typename CfgOf<I>::type;
+  return kConfigs[I].bm == C::BM && kConfigs[I].bn == C::BN && kConfigs[I].waves_m == C::WAVES_M &&
+         kConfigs[I].waves_n == C::WAVES_N && kConfigs[I].mfma == C::MT &&
+         kConfigs[I].waves_per_eu == C::WAVES_PER_EU;
+}
+static_assert(cfg_matches_table<0>() && cfg_matches_table<1>() && cfg_matches_table<2>(),
+              "TileCfg instances and gemm_plan.h kConfigs disagree");
 
 // ---------------------------------------------------------------------------------------------
 // MFMA wrappers (wave-collective: every lane of the wave must call them).

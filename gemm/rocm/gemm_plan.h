@@ -31,14 +31,15 @@ struct ConfigInfo {
 
 constexpr int kNumConfigs = 3;
 
+inline constexpr ConfigInfo kConfigs[kNumConfigs] = {
+    // name        bm   bn  wm wn mfma wpe  eff
+    {"t256x128", 256, 128, 4, 2, 16, 2, 0.30},  // 8 waves of 64x64: big M x N
+    {"t128x128", 128, 128, 4, 2, 16, 2, 0.26},  // 8 waves of 32x64: medium / split-K
+    {"t64x64", 64, 64, 2, 2, 32, 2, 0.15},      // 4 waves of 32x32: tiny outputs
+};
+
 inline const ConfigInfo& config_info(int i) {
-  static const ConfigInfo table[kNumConfigs] = {
-      // name        bm   bn  wm wn mfma wpe  eff
-      {"t256x128", 256, 128, 4, 2, 16, 2, 0.30},  // 8 waves of 64x64: big M x N
-      {"t128x128", 128, 128, 4, 2, 16, 2, 0.26},  // 8 waves of 32x64: medium / split-K
-      {"t64x64", 64, 64, 2, 2, 32, 2, 0.15},      // 4 waves of 32x32: tiny outputs
-  };
-  return table[i < 0 ? 0 : (i >= kNumConfigs ? kNumConfigs - 1 : i)];
+  return kConfigs[i < 0 ? 0 : (i >= kNumConfigs ? kNumConfigs - 1 : i)];
 }
 
 // Machine model of MI300X used by the planner (public numbers, see mi300x-notes.md).
