@@ -54,7 +54,6 @@ class Builder:
     def __init__(self, root: Path):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
-        self._done: dict[str, Path] = {}
 
     @classmethod
     def for_session(cls, tmp_path_factory, name: str) -> "Builder":
@@ -62,8 +61,7 @@ class Builder:
         cache = os.environ.get("GEMM_EMU_CACHE")
         return cls(Path(cache) / name if cache else tmp_path_factory.mktemp(name))
 
-    def build(self, source: Path, sanitizer: str, extra_flags: tuple[str, ...] = (),
-              include_dirs: tuple[Path, ...] = ()) -> Path:
+    def _target(self, source: Path, sanitizer: str, extra_flags=(), include_dirs=()):
         if sanitizer not in SANITIZER_FLAGS:
             raise ValueError(f"sanitizer must be one of {SANITIZERS}, got {sanitizer!r}")
         flags = COMMON_FLAGS + SANITIZER_FLAGS[sanitizer] + list(extra_flags)
@@ -73,17 +71,47 @@ class Builder:
         for f in [Path(source), *_headers()]:
             h.update(str(f).encode())
             h.update(f.read_bytes())
-        key = h.hexdigest()[:16]
-        if key in self._done:
-            return self._done[key]
-        exe = self.root / f"{Path(source).stem}-{sanitizer}-{key}"
+        exe = self.root / f"{Path(source).stem}-{sanitizer}-{h.hexdigest()[:16]}"
+        return exe, [compiler(), *flags, str(source), "-o", str(exe)]
+
+    def build(self, source: Path, sanitizer: str, extra_flags: tuple[str, ...] = (),
+              include_dirs: tuple[Path, ...] = ()) -> Path:
+        exe, cmd = self._target(source, sanitizer, extra_flags, include_dirs)
         if not exe.exists():
-            cmd = [compiler(), *flags, str(source), "-o", str(exe)]
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-            if proc.returncode != 0:
-                pytest.fail(f"compiling {source} ({sanitizer}) failed:\n{' '.join(cmd)}\n{proc.stderr[-6000:]}")
-        self._done[key] = exe
+            self._compile_all([(exe, cmd, f"{source} ({sanitizer})")])
         return exe
+
+    def prebuild(self, source: Path, sanitizers=SANITIZERS, jobs: int = 2) -> None:
+        """Compile the sanitizer variants of one driver side by side (at most `jobs` at once)."""
+        todo = []
+        for san in sanitizers:
+            exe, cmd = self._target(source, san)
+            if not exe.exists():
+                todo.append((exe, cmd, f"{source} ({san})"))
+        for i in range(0, len(todo), jobs):
+            self._compile_all(todo[i:i + jobs])
+
+    @staticmethod
+    def _compile_all(items) -> None:
+        procs = []
+        for exe, cmd, what in items:
+            tmp = exe.with_name(exe.name + ".tmp")
+            procs.append((subprocess.Popen([*cmd[:-1], str(tmp)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                           text=True), exe, tmp, cmd, what))
+        errors = []
+        for proc, exe, tmp, cmd, what in procs:
+            try:
+                _, err = proc.communicate(timeout=1200)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, err = proc.communicate()
+                err = "timed out\n" + err
+            if proc.returncode == 0:
+                tmp.replace(exe)
+            else:
+                errors.append(f"compiling {what} failed:\n{' '.join(cmd)}\n{err[-6000:]}")
+        if errors:
+            pytest.fail("\n\n".join(errors))
 
 
 def run(exe: Path, args: list[str], sanitizer: str, timeout: float = 600,

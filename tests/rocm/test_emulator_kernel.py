@@ -57,7 +57,9 @@ TSAN_CASES = [
 ]
 @pytest.fixture(scope="module")
 def builder(tmp_path_factory):
-    return emu_build.Builder.for_session(tmp_path_factory, "emu_gemm")
+    b = emu_build.Builder.for_session(tmp_path_factory, "emu_gemm")
+    b.prebuild(DRIVER)  # ASan+UBSan and TSan variants compile side by side
+    return b
 
 
 def _case_id(case) -> str:

@@ -33,7 +33,9 @@ FP8 = torch.float8_e4m3fnuz
 
 @pytest.fixture(scope="module")
 def builder(tmp_path_factory):
-    return emu_build.Builder.for_session(tmp_path_factory, "emu_selftest")
+    b = emu_build.Builder.for_session(tmp_path_factory, "emu_selftest")
+    b.prebuild(SELFTEST)  # ASan+UBSan and TSan variants compile side by side
+    return b
 
 
 def _seed() -> int:
