@@ -13,6 +13,8 @@ ROCM ?=
 BASE_IMAGE ?=
 REPO ?=
 DRY_RUN ?=
+# Extra benchmark arguments, e.g. BENCH_ARGS="--threads 1 --shapes all".
+BENCH_ARGS ?=
 
 .PHONY: venv build test lint gate docker-build publish bench clean
 
@@ -44,7 +46,7 @@ publish: venv
 	$(PY) -m scripts.publish --build-dir $(BUILD_DIR) $(if $(REPO),--repo $(REPO)) $(if $(DRY_RUN),--dry-run)
 
 bench: build
-	$(PY) -m benchmarks.run --build-dir $(BUILD_DIR)
+	$(PY) -m benchmarks.run --build-dir $(BUILD_DIR) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(BUILD_DIR)
