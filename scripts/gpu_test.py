@@ -48,7 +48,7 @@ RESULTS_MOUNT = "/results"
 AMD_DEVICES = ("/dev/kfd", "/dev/dri")
 LABEL_VARIANT = "org.gemm.gpu-test.variant"
 LABEL_RUN = "org.gemm.gpu-test.run"
-_VARIANT = re.compile(r"torch[0-9]+-cxx11-rocm[0-9]+-x86_64-linux")
+_VARIANT = re.compile(r"torch[0-9]+-cxx11-(?:rocm[0-9]+|cu[0-9]+|cpu)-x86_64-linux")
 _IMAGE = re.compile(r"[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(@sha256:[0-9a-f]{64})?")
 
 
@@ -77,6 +77,9 @@ class Plan:
     log: Path  # OUT/container.log
     requirements: str
     bench: bool
+    devices: tuple[str, ...]
+    tests: tuple[str, ...]
+    network: str
     timeout_s: int
     container_name: str
 
@@ -87,16 +90,19 @@ class Plan:
             args += ["--requirements", self.requirements]
         if not self.bench:
             args.append("--no-bench")
+        for t in self.tests:
+            args += ["--tests", t]
         return {
             "image": self.image,
             "entrypoint": ["python", "-m", "scripts.gpu_test", "inside"],
             "command": args,
             "name": self.container_name,
             "detach": True,
-            "devices": [f"{d}:{d}:rwm" for d in AMD_DEVICES],
+            "devices": [f"{d}:{d}:rwm" for d in self.devices],
             "group_add": group_add,
             "security_opt": ["seccomp=unconfined"],
             "ipc_mode": "host",
+            **({"network_mode": self.network} if self.network else {}),
             "working_dir": SRC_MOUNT,
             "volumes": {
                 str(src): {"bind": SRC_MOUNT, "mode": "ro"},
@@ -122,7 +128,9 @@ def make_plan(args: argparse.Namespace) -> Plan:
         raise UsageError(f"--artifact: {args.artifact} is not a directory")
     variant = artifact.name
     if not _VARIANT.fullmatch(variant):
-        raise UsageError(f"--artifact: {variant!r} is not a ROCm variant directory (torchXY-cxx11-rocmXY-x86_64-linux)")
+        raise UsageError(
+            f"--artifact: {variant!r} is not a variant directory (torchXY-cxx11-<rocmXY|cuXY|cpu>-x86_64-linux)"
+        )
     if not (artifact / "metadata.json").is_file():
         raise UsageError(f"--artifact: {artifact} has no metadata.json (is it a build output?)")
     if not any(artifact.glob("*.so")):
@@ -131,6 +139,13 @@ def make_plan(args: argparse.Namespace) -> Plan:
         raise UsageError(f"--image: {args.image!r} is not an image reference like repo:tag@sha256:<64 hex>")
     if args.timeout_min <= 0:
         raise UsageError(f"--timeout-min: must be positive, got {args.timeout_min}")
+    devices = tuple(d for d in args.devices.split(",") if d)
+    for d in devices:
+        if not Path(d).is_absolute() or not Path(d).exists():
+            raise UsageError(f"--devices: {d!r} is not an existing device node on this host")
+    for t in args.tests or ():
+        if Path(t).is_absolute() or ".." in Path(t).parts:
+            raise UsageError(f"--tests: {t!r} must be a path inside the checkout")
     out = args.out.resolve()
     return Plan(
         variant=variant,
@@ -142,6 +157,9 @@ def make_plan(args: argparse.Namespace) -> Plan:
         log=out / "container.log",
         requirements=args.requirements,
         bench=args.bench == "true",
+        devices=devices,
+        tests=tuple(args.tests or GPU_TESTS),
+        network=args.network,
         timeout_s=int(args.timeout_min * 60),
         container_name=f"gemm-gpu-test-{variant}-{run_label()}",
     )
@@ -356,8 +374,9 @@ def cmd_inside(args: argparse.Namespace) -> int:
         print(f"loader: {json.dumps(report['loader'], indent=2)}", flush=True)
         if not report["loader"]["ok"]:
             raise GpuTestError(f"loader check: {report['loader']['error']}")
-        tests = [t for t in GPU_TESTS if Path(t).exists()]
-        missing = sorted(set(GPU_TESTS) - set(tests))
+        wanted = args.tests or list(GPU_TESTS)
+        tests = [t for t in wanted if Path(t).exists()]
+        missing = sorted(set(wanted) - set(tests))
         if missing:
             raise GpuTestError(f"GPU test paths missing from the checkout: {', '.join(missing)}")
         pytest_cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-ra",
@@ -393,6 +412,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--requirements", default=DEFAULT_REQUIREMENTS, help="pip requirements installed in the container")
     r.add_argument("--timeout-min", type=float, default=45.0, help="kill the container after this long")
     r.add_argument("--bench", choices=["true", "false"], default="true", help="run the MI300X benchmark")
+    r.add_argument(
+        "--devices",
+        default=",".join(AMD_DEVICES),
+        help="comma list of device nodes passed in (default the AMD ones; empty for a GPU-less rehearsal)",
+    )
+    r.add_argument("--network", default="", help="docker network mode (default: the engine's default; e.g. host)")
+    r.add_argument(
+        "--tests", action="append", help=f"pytest path inside the checkout (repeatable; default {' '.join(GPU_TESTS)})"
+    )
     c = sub.add_parser("cleanup", help="remove every container this workflow run started (docker CLI)")
     c.add_argument("--dry-run", action="store_true", help="only list them")
     i = sub.add_parser("inside", help="in the container (started by `run`)")
@@ -401,6 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--results", type=Path, default=Path(RESULTS_MOUNT))
     i.add_argument("--requirements", default="")
     i.add_argument("--no-bench", dest="bench", action="store_false")
+    i.add_argument("--tests", action="append")
     return p
 
 

@@ -29,10 +29,16 @@ def fake_artifact(root: Path, name: str = VARIANT) -> Path:
     return art
 
 
+def fake_devices(root: Path) -> str:
+    """Stand-ins for /dev/kfd and /dev/dri (the plan only checks that they exist)."""
+    (root / "dev" / "dri").mkdir(parents=True, exist_ok=True)
+    (root / "dev" / "kfd").touch()
+    return f"{root}/dev/kfd,{root}/dev/dri"
+
+
 def run_args(tmp_path: Path, **over) -> argparse.Namespace:
-    ns = gpu_test.build_parser().parse_args(
-        ["run", "--artifact", str(fake_artifact(tmp_path)), "--image", IMAGE, "--out", str(tmp_path / "out")]
-    )
+    argv = ["run", "--artifact", str(fake_artifact(tmp_path)), "--image", IMAGE, "--out", str(tmp_path / "out")]
+    ns = gpu_test.build_parser().parse_args([*argv, "--devices", fake_devices(tmp_path)])
     for k, v in over.items():
         setattr(ns, k, v)
     return ns
@@ -46,7 +52,10 @@ def test_plan_and_container_request(tmp_path, monkeypatch):
     assert plan.container_name == f"gemm-gpu-test-{VARIANT}-77-2"
     kw = plan.container_kwargs(tmp_path / "src", ["44", "109"])
     assert kw["image"] == IMAGE
-    assert kw["devices"] == ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"]
+    assert kw["devices"] == [f"{tmp_path}/dev/kfd:{tmp_path}/dev/kfd:rwm", f"{tmp_path}/dev/dri:{tmp_path}/dev/dri:rwm"]
+    assert gpu_test.build_parser().parse_args(["run", "--artifact", "a", "--image", "i", "--out", "o"]).devices == (
+        "/dev/kfd,/dev/dri"
+    )
     assert kw["group_add"] == ["44", "109"]
     assert kw["security_opt"] == ["seccomp=unconfined"] and kw["ipc_mode"] == "host"
     assert kw["entrypoint"] == ["python", "-m", "scripts.gpu_test", "inside"]
@@ -67,7 +76,7 @@ def test_plan_and_container_request(tmp_path, monkeypatch):
     ("mutate", "message"),
     [
         (lambda a: shutil.rmtree(a) or a, "--artifact: .* is not a directory"),
-        (lambda a: a.rename(a.with_name("torch213-cxx11-cpu-x86_64-linux")), "--artifact: .*not a ROCm variant"),
+        (lambda a: a.rename(a.with_name("gemm-build")), "--artifact: .*not a variant directory"),
         (lambda a: (a / "metadata.json").unlink() or a, "--artifact: .*no metadata.json"),
         (lambda a: next(a.glob("*.so")).unlink() or a, "--artifact: .*no compiled .so"),
     ],
@@ -77,6 +86,16 @@ def test_bad_artifact_is_named(tmp_path, mutate, message):
     args.artifact = mutate(args.artifact) or args.artifact
     with pytest.raises(gpu_test.UsageError, match=message):
         gpu_test.make_plan(args)
+
+
+def test_missing_device_and_outside_test_paths_are_named(tmp_path):
+    with pytest.raises(gpu_test.UsageError, match="--devices: '/dev/kfd-nope'"):
+        gpu_test.make_plan(run_args(tmp_path, devices="/dev/kfd-nope"))
+    with pytest.raises(gpu_test.UsageError, match="--tests"):
+        gpu_test.make_plan(run_args(tmp_path / "t", tests=["../elsewhere/test_x.py"]))
+    plan = gpu_test.make_plan(run_args(tmp_path / "u", devices="", tests=["tests/a.py", "tests/b"]))
+    kw = plan.container_kwargs(tmp_path, [])
+    assert kw["devices"] == [] and kw["command"][-4:] == ["--tests", "tests/a.py", "--tests", "tests/b"]
 
 
 @pytest.mark.parametrize("image", ["", "rocm/pytorch:tag@sha256:short", "Upper/Case:x", "a b"])
