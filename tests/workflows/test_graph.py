@@ -175,7 +175,7 @@ def test_every_job_has_a_timeout():
 
 RUN_LINE = re.compile(
     r"(?:make [a-z][a-z-]*(?: [A-Z_]+=\"\$[A-Z_]+\")*"
-    r"|sudo make system-deps|sudo \.ci/run"
+    r"|sudo make system-deps|sudo --preserve-env=PIP_EXTRA_INDEX_URL \.ci/run"
     r"|(?:\.venv/bin/python|python3?) -m (?:scripts|benchmarks)\.[a-z_]+(?: .*)?)"
 )
 
@@ -324,7 +324,9 @@ def test_ci_pull_requests_build_only_the_pr_entries_and_use_no_gpu():
     assert jobs["build"]["with"] == {"pr-only": True}
     runs = {j: " ".join(s.get("run", "") for s in job.get("steps", [])) for j, job in jobs.items()}
     assert "make lint" in runs["lint"] and "make gate" in runs["gate"]
-    assert runs["test"].strip() == "sudo .ci/run"  # the lead's CI entry point: packages, Docker, make test
+    assert (
+        runs["test"].strip() == "sudo --preserve-env=PIP_EXTRA_INDEX_URL .ci/run"
+    )  # the lead's CI entry point: packages, Docker, make test
     assert "make test" in (wf.REPO_ROOT / ".ci" / "run").read_text()
 
 
