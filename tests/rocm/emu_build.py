@@ -21,16 +21,27 @@ EMU_DIR = ROCM_DIR / "emu"
 
 CXX = os.environ.get("GEMM_EMU_CXX", "clang++-19")
 
-COMMON_FLAGS = ["-std=c++17", "-O1", "-g", "-Wall", "-Wextra", "-Wno-psabi", "-fno-omit-frame-pointer",
-                "-DGEMM_HIP_EMULATOR=1", "-pthread"]
+COMMON_FLAGS = [
+    "-std=c++17",
+    "-O1",
+    "-g",
+    "-Wall",
+    "-Wextra",
+    "-Wno-psabi",
+    "-fno-omit-frame-pointer",
+    "-DGEMM_HIP_EMULATOR=1",
+    "-pthread",
+]
 SANITIZER_FLAGS = {
     "asan": ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"],
     "tsan": ["-fsanitize=thread"],
 }
 SANITIZER_ENV = {
     # Leak checking stays on; any report aborts with a non-zero exit status.
-    "asan": {"ASAN_OPTIONS": "abort_on_error=0:detect_leaks=1:strict_string_checks=1:check_initialization_order=1",
-             "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"},
+    "asan": {
+        "ASAN_OPTIONS": "abort_on_error=0:detect_leaks=1:strict_string_checks=1:check_initialization_order=1",
+        "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
+    },
     "tsan": {"TSAN_OPTIONS": "halt_on_error=1:exitcode=66:second_deadlock_stack=1"},
 }
 SANITIZERS = tuple(SANITIZER_FLAGS)
@@ -39,13 +50,16 @@ SANITIZERS = tuple(SANITIZER_FLAGS)
 def compiler() -> str:
     path = shutil.which(CXX)
     if path is None:
-        pytest.fail(f"{CXX} not found: the emulator tests need clang-19 and libclang-rt-19-dev "
-                    "(listed in .ci/apt-packages.txt)")
+        pytest.fail(
+            f"{CXX} not found: the emulator tests need clang-19 and libclang-rt-19-dev (listed in .ci/apt-packages.txt)"
+        )
     return path
 
 
 def _headers() -> list[Path]:
-    return sorted(p for p in ROCM_DIR.rglob("*") if p.is_file() and p.suffix in {".h", ".hpp", ".cuh", ".hip", ".cpp", ".inc"})
+    return sorted(
+        p for p in ROCM_DIR.rglob("*") if p.is_file() and p.suffix in {".h", ".hpp", ".cuh", ".hip", ".cpp", ".inc"}
+    )
 
 
 class Builder:
@@ -56,7 +70,7 @@ class Builder:
         self.root.mkdir(parents=True, exist_ok=True)
 
     @classmethod
-    def for_session(cls, tmp_path_factory, name: str) -> "Builder":
+    def for_session(cls, tmp_path_factory, name: str) -> Builder:
         """A builder in this session's temp dir, or in $GEMM_EMU_CACHE (kept between runs) if set."""
         cache = os.environ.get("GEMM_EMU_CACHE")
         return cls(Path(cache) / name if cache else tmp_path_factory.mktemp(name))
@@ -74,8 +88,9 @@ class Builder:
         exe = self.root / f"{Path(source).stem}-{sanitizer}-{h.hexdigest()[:16]}"
         return exe, [compiler(), *flags, str(source), "-o", str(exe)]
 
-    def build(self, source: Path, sanitizer: str, extra_flags: tuple[str, ...] = (),
-              include_dirs: tuple[Path, ...] = ()) -> Path:
+    def build(
+        self, source: Path, sanitizer: str, extra_flags: tuple[str, ...] = (), include_dirs: tuple[Path, ...] = ()
+    ) -> Path:
         exe, cmd = self._target(source, sanitizer, extra_flags, include_dirs)
         if not exe.exists():
             self._compile_all([(exe, cmd, f"{source} ({sanitizer})")])
@@ -89,15 +104,22 @@ class Builder:
             if not exe.exists():
                 todo.append((exe, cmd, f"{source} ({san})"))
         for i in range(0, len(todo), jobs):
-            self._compile_all(todo[i:i + jobs])
+            self._compile_all(todo[i : i + jobs])
 
     @staticmethod
     def _compile_all(items) -> None:
         procs = []
         for exe, cmd, what in items:
             tmp = exe.with_name(exe.name + ".tmp")
-            procs.append((subprocess.Popen([*cmd[:-1], str(tmp)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                           text=True), exe, tmp, cmd, what))
+            procs.append(
+                (
+                    subprocess.Popen([*cmd[:-1], str(tmp)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+                    exe,
+                    tmp,
+                    cmd,
+                    what,
+                )
+            )
         errors = []
         for proc, exe, tmp, cmd, what in procs:
             try:
@@ -114,12 +136,15 @@ class Builder:
             pytest.fail("\n\n".join(errors))
 
 
-def run(exe: Path, args: list[str], sanitizer: str, timeout: float = 600,
-        expect_ok: bool = True) -> subprocess.CompletedProcess:
+def run(
+    exe: Path, args: list[str], sanitizer: str, timeout: float = 600, expect_ok: bool = True
+) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.update(SANITIZER_ENV[sanitizer])
     proc = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env)
     if expect_ok and proc.returncode != 0:
-        pytest.fail(f"{exe.name} {' '.join(map(str, args))} exited with {proc.returncode} under {sanitizer}:\n"
-                    f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-8000:]}")
+        pytest.fail(
+            f"{exe.name} {' '.join(map(str, args))} exited with {proc.returncode} under {sanitizer}:\n"
+            f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-8000:]}"
+        )
     return proc

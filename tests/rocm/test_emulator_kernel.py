@@ -55,6 +55,8 @@ TSAN_CASES = [
     ("seed", 0, 1, "vec", 40, 40, 128),
     ("seed", 1, 2, "bytes-misaligned", 21, 130, 256),
 ]
+
+
 @pytest.fixture(scope="module")
 def builder(tmp_path_factory):
     b = emu_build.Builder.for_session(tmp_path_factory, "emu_gemm")
@@ -119,13 +121,17 @@ def _run_case(builder, tmp_path, sanitizer, case):
     ref = _reference(A, B, sa, sb)
     assert not ref.isnan().any()
     unwritten = out.isnan()
-    assert not unwritten.any(), f"{msg}: {int(unwritten.sum())} outputs left unwritten (poison), first at " \
-                                f"{tuple(unwritten.nonzero()[0].tolist())}"
+    assert not unwritten.any(), (
+        f"{msg}: {int(unwritten.sum())} outputs left unwritten (poison), first at "
+        f"{tuple(unwritten.nonzero()[0].tolist())}"
+    )
     err = (out - ref).abs()
     bad = err > ATOL + RTOL * ref.abs()
-    assert not bad.any(), (f"{msg}: {int(bad.sum())} of {m * n} outside tolerance; worst at "
-                           f"{tuple(np.unravel_index(int(err.argmax()), (m, n)))}: out "
-                           f"{out.flatten()[err.argmax()].item()} ref {ref.flatten()[err.argmax()].item()}")
+    assert not bad.any(), (
+        f"{msg}: {int(bad.sum())} of {m * n} outside tolerance; worst at "
+        f"{tuple(np.unravel_index(int(err.argmax()), (m, n)))}: out "
+        f"{out.flatten()[err.argmax()].item()} ref {ref.flatten()[err.argmax()].item()}"
+    )
     return plan
 
 
@@ -146,8 +152,9 @@ def test_cases_cover_the_configuration_table():
 
     rows = re.findall(r'\{"(\w+)",\s*(\d+),\s*(\d+),', src)
     assert len(rows) >= 1
-    assert {i: (int(bm), int(bn)) for i, (_, bm, bn) in enumerate(rows)} == TILES, \
+    assert {i: (int(bm), int(bn)) for i, (_, bm, bn) in enumerate(rows)} == TILES, (
         "gemm_plan.h's table changed: update TILES and the cases"
+    )
     for config in TILES:
         for layout in ("seed", "natural"):
             paths = {c[3] for c in ASAN_CASES if c[0] == layout and c[1] == config}

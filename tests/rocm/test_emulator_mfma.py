@@ -158,12 +158,39 @@ def _cvtpk_inputs(n: int, gen: torch.Generator) -> torch.Tensor:
     table = torch.arange(256, dtype=torch.uint8).view(FP8).float()
     finite = table[~table.isnan()].unique().sort().values
     mids = (finite[1:] + finite[:-1]) / 2  # exact ties: round half to even
-    edges = torch.tensor([0.0, -0.0, 240.0, -240.0, 247.99, 248.0, -248.0, 250.0, 1e6, -1e30, float("inf"),
-                          float("-inf"), float("nan"), 2.0**-10, 2.0**-11, -(2.0**-11), 2.0**-12, 1.5 * 2.0**-11,
-                          2.0**-7, 2.0**-7 * (1 - 2.0**-5), 1e-30, -1e-30])
-    pieces = [finite, mids, edges,
-              finite * (1 + (torch.rand(finite.shape, generator=gen) - 0.5) * 0.2),
-              torch.randn(n, generator=gen) * torch.pow(2.0, torch.randint(-14, 10, (n,), generator=gen).float())]
+    edges = torch.tensor(
+        [
+            0.0,
+            -0.0,
+            240.0,
+            -240.0,
+            247.99,
+            248.0,
+            -248.0,
+            250.0,
+            1e6,
+            -1e30,
+            float("inf"),
+            float("-inf"),
+            float("nan"),
+            2.0**-10,
+            2.0**-11,
+            -(2.0**-11),
+            2.0**-12,
+            1.5 * 2.0**-11,
+            2.0**-7,
+            2.0**-7 * (1 - 2.0**-5),
+            1e-30,
+            -1e-30,
+        ]
+    )
+    pieces = [
+        finite,
+        mids,
+        edges,
+        finite * (1 + (torch.rand(finite.shape, generator=gen) - 0.5) * 0.2),
+        torch.randn(n, generator=gen) * torch.pow(2.0, torch.randint(-14, 10, (n,), generator=gen).float()),
+    ]
     x = torch.cat(pieces)
     x = x[torch.randperm(x.numel(), generator=gen)]
     return x
@@ -193,8 +220,10 @@ def test_cvt_pk_fp8_f32_rounds_like_torch(builder, tmp_path, sanitizer):
     s = sel.numpy()
     expect = np.where(s == 1, (o & 0x0000FFFF) | (pk << 16), (o & 0xFFFF0000) | pk)
     bad = np.nonzero(out != expect)[0]
-    assert bad.size == 0, (f"seed={seed}: {bad.size} mismatches, first: a={a[bad[0]].item()!r} "
-                           f"b={b[bad[0]].item()!r} sel={s[bad[0]]} got={out[bad[0]]:#010x} want={expect[bad[0]]:#010x}")
+    assert bad.size == 0, (
+        f"seed={seed}: {bad.size} mismatches, first: a={a[bad[0]].item()!r} "
+        f"b={b[bad[0]].item()!r} sel={s[bad[0]]} got={out[bad[0]]:#010x} want={expect[bad[0]]:#010x}"
+    )
 
 
 @pytest.mark.parametrize("sanitizer", emu_build.SANITIZERS)
@@ -216,7 +245,7 @@ def test_collectives_lds_atomics(builder, tmp_path, sanitizer):
     src = lane + 3
     np.testing.assert_array_equal(load("down"), np.where((src & ~15) != (lane & ~15), tid, wave0 + src))
     np.testing.assert_array_equal(load("up"), np.where(lane - 2 < 0, tid, tid - 2))
-    mask = sum(1 << l for l in range(64) if l % 3 == 0)
+    mask = sum(1 << lane_ for lane_ in range(64) if lane_ % 3 == 0)
     assert (load("ballot", "uint64") == np.uint64(mask)).all()
     np.testing.assert_array_equal(load("first"), wave0)
     np.testing.assert_array_equal(load("mbcnt"), lane)
