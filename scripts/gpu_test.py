@@ -4,8 +4,9 @@ On the runner host (docker SDK; the job ran ``python -m scripts.preflight`` firs
 
     python -m scripts.gpu_test run --artifact DIR --image REF --out DIR [--no-bench]
 
-1. ``DIR`` must be one variant directory (``torch213-cxx11-rocm100-x86_64-linux``) holding a
-   ``metadata.json``; it is copied alone into ``OUT/kernel/build/<variant>`` (never the build tree).
+1. ``DIR`` must be one variant directory (``torch213-cxx11-rocm100-x86_64-linux``) whose files
+   match the digest in its ``metadata.json``; it is copied alone into ``OUT/kernel/build/<variant>``
+   (never the build tree).
 2. A fresh container of ``REF`` (the rocm/pytorch image the variant was built in, pinned
    ``tag@sha256``) starts with the AMD device flags (``/dev/kfd``, ``/dev/dri``, group ``video``
    and the host's ``render`` group, ``seccomp=unconfined``, ``ipc=host``); the checkout is mounted
@@ -172,6 +173,17 @@ def run_label() -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", f"{run_id}-{attempt}")
 
 
+def verify_artifact(artifact: Path) -> None:
+    """The downloaded files must match the digest in their metadata.json (scripts.check's own check)."""
+    from scripts.check import verify_digest
+    from scripts.common import StageError
+
+    try:
+        verify_digest(artifact)
+    except (StageError, OSError, ValueError) as exc:
+        raise GpuTestError(f"--artifact: {exc}") from exc
+
+
 def stage_artifact(plan: Plan) -> None:
     """Copy the one variant into a fresh OUT/kernel/build/ (nothing else lives there)."""
     if plan.out.exists() and any(plan.out.iterdir()):
@@ -261,6 +273,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     src = args.src.resolve()
     if (src / "build").exists():
         raise UsageError(f"--src: {src}/build exists; the GPU test must see only the artifact, not a build tree")
+    verify_artifact(plan.artifact)
     stage_artifact(plan)
     import docker  # the runner host's venv (make venv) has the docker SDK
 

@@ -256,3 +256,13 @@ def test_cleanup_removes_this_runs_containers(tmp_path, monkeypatch, capsys):
 def test_cleanup_without_docker_is_a_no_op(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_test.shutil, "which", lambda name: None)
     assert gpu_test.main(["cleanup"]) == 0
+
+
+def test_artifact_must_match_its_digest(variant_dir, tmp_path):
+    art = tmp_path / variant_dir.name
+    shutil.copytree(variant_dir, art)
+    gpu_test.verify_artifact(art)  # intact: passes
+    so = next(art.glob("*.so"))
+    so.write_bytes(so.read_bytes()[:-1])  # a truncated download
+    with pytest.raises(gpu_test.GpuTestError, match="--artifact: .*digest"):
+        gpu_test.verify_artifact(art)

@@ -290,6 +290,16 @@ def _can_run(ref: wf.JobRef, context) -> bool:
     return all(wf.evaluate(c, context) for c in ref.conditions(DOCS))
 
 
+def test_no_caller_routes_the_build_to_a_self_hosted_runner():
+    """build.yml's runner is an input; pull requests reach it, so no caller may point it at our hosts."""
+    default = DOCS["build.yml"]["on"]["workflow_call"]["inputs"]["runner"]["default"]
+    assert default not in SELF_HOSTED
+    for name, doc in DOCS.items():
+        for job_id, job in doc["jobs"].items():
+            if wf.local_callee(job.get("uses", "")) == "build.yml":
+                assert job.get("with", {}).get("runner", default) not in SELF_HOSTED, f"{name}:{job_id}"
+
+
 def test_self_hosted_jobs_exist_and_use_declared_labels():
     refs = [ref for name in TOP_LEVEL for ref in wf.expand(name, DOCS) if wf.runs_on_labels(ref.job) & SELF_HOSTED]
     assert refs, "no job runs on the MI300X runners"
