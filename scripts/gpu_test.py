@@ -81,6 +81,7 @@ class Plan:
     devices: tuple[str, ...]
     tests: tuple[str, ...]
     network: str
+    require_arch: str
     timeout_s: int
     container_name: str
 
@@ -93,6 +94,8 @@ class Plan:
             args.append("--no-bench")
         for t in self.tests:
             args += ["--tests", t]
+        if self.require_arch:
+            args += ["--require-arch", self.require_arch]
         return {
             "image": self.image,
             "entrypoint": ["python", "-m", "scripts.gpu_test", "inside"],
@@ -161,6 +164,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
         devices=devices,
         tests=tuple(args.tests or GPU_TESTS),
         network=args.network,
+        require_arch=args.require_arch,
         timeout_s=int(args.timeout_min * 60),
         container_name=f"gemm-gpu-test-{variant}-{run_label()}",
     )
@@ -357,6 +361,18 @@ def _run_logged(cmd: list[str], env: dict[str, str], log: Path) -> int:
         return proc.wait()
 
 
+def junit_counts(path: Path) -> dict[str, int]:
+    """tests/failures/errors/skipped totals of a pytest junit XML (empty if pytest wrote none)."""
+    import xml.etree.ElementTree as ET
+
+    if not path.is_file():
+        return {}
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    keys = ("tests", "failures", "errors", "skipped")
+    return {k: sum(int(s.get(k, 0)) for s in suites) for k in keys}
+
+
 def _chown_tree(root: Path) -> None:
     uid, gid = os.environ.get("HOST_UID"), os.environ.get("HOST_GID")
     if not (uid and gid and uid.isdigit() and gid.isdigit()) or os.getuid() != 0:
@@ -387,6 +403,13 @@ def cmd_inside(args: argparse.Namespace) -> int:
         print(f"loader: {json.dumps(report['loader'], indent=2)}", flush=True)
         if not report["loader"]["ok"]:
             raise GpuTestError(f"loader check: {report['loader']['error']}")
+        if args.require_arch:
+            device = report["loader"].get("device") or {}
+            if not str(device.get("arch", "")).startswith(args.require_arch):
+                raise GpuTestError(
+                    f"--require-arch: no {args.require_arch} GPU visible in the container "
+                    f"(torch sees {device or 'none'}); check the device flags and the runner"
+                )
         wanted = args.tests or list(GPU_TESTS)
         tests = [t for t in wanted if Path(t).exists()]
         missing = sorted(set(wanted) - set(tests))
@@ -395,7 +418,11 @@ def cmd_inside(args: argparse.Namespace) -> int:
         pytest_cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-ra",
                       f"--junitxml={results / 'junit.xml'}", *tests]  # fmt: skip
         rc = _run_logged(pytest_cmd, env, results / "pytest.log")
-        report["pytest"] = {"ok": rc == 0, "exit_code": rc, "paths": tests}
+        counts = junit_counts(results / "junit.xml")
+        ran = counts.get("tests", 0) - counts.get("skipped", 0)
+        report["pytest"] = {"ok": rc == 0 and ran > 0, "exit_code": rc, "paths": tests, **counts}
+        if rc == 0 and ran == 0:
+            report["pytest"]["error"] = "every test was skipped or none was collected: nothing was tested"
         if args.bench:
             bench_cmd = [sys.executable, "-m", "benchmarks.run", "--build-dir", str(args.kernel_dir),
                          "--out", str(results / "bench"), "--no-plot", "--no-progress"]  # fmt: skip
@@ -430,6 +457,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=",".join(AMD_DEVICES),
         help="comma list of device nodes passed in (default the AMD ones; empty for a GPU-less rehearsal)",
     )
+    r.add_argument(
+        "--require-arch",
+        default="gfx942",
+        help="fail unless torch in the container sees a GPU of this arch (empty for a GPU-less rehearsal)",
+    )
     r.add_argument("--network", default="", help="docker network mode (default: the engine's default; e.g. host)")
     r.add_argument(
         "--tests", action="append", help=f"pytest path inside the checkout (repeatable; default {' '.join(GPU_TESTS)})"
@@ -443,6 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--requirements", default="")
     i.add_argument("--no-bench", dest="bench", action="store_false")
     i.add_argument("--tests", action="append")
+    i.add_argument("--require-arch", default="")
     return p
 
 

@@ -95,7 +95,7 @@ def test_missing_device_and_outside_test_paths_are_named(tmp_path):
         gpu_test.make_plan(run_args(tmp_path / "t", tests=["../elsewhere/test_x.py"]))
     plan = gpu_test.make_plan(run_args(tmp_path / "u", devices="", tests=["tests/a.py", "tests/b"]))
     kw = plan.container_kwargs(tmp_path, [])
-    assert kw["devices"] == [] and kw["command"][-4:] == ["--tests", "tests/a.py", "--tests", "tests/b"]
+    assert kw["devices"] == [] and kw["command"][-6:-2] == ["--tests", "tests/a.py", "--tests", "tests/b"]
 
 
 @pytest.mark.parametrize("image", ["", "rocm/pytorch:tag@sha256:short", "Upper/Case:x", "a b"])
@@ -266,3 +266,19 @@ def test_artifact_must_match_its_digest(variant_dir, tmp_path):
     so.write_bytes(so.read_bytes()[:-1])  # a truncated download
     with pytest.raises(gpu_test.GpuTestError, match="--artifact: .*digest"):
         gpu_test.verify_artifact(art)
+
+
+def test_junit_counts_and_all_skipped_is_not_a_pass(tmp_path):
+    junit = tmp_path / "junit.xml"
+    junit.write_text(
+        '<?xml version="1.0"?><testsuites><testsuite name="pytest" tests="5" failures="0" errors="0" '
+        'skipped="5"></testsuite></testsuites>'
+    )
+    assert gpu_test.junit_counts(junit) == {"tests": 5, "failures": 0, "errors": 0, "skipped": 5}
+    assert gpu_test.junit_counts(tmp_path / "none.xml") == {}
+
+
+def test_require_arch_reaches_the_container_and_defaults_to_gfx942(tmp_path):
+    plan = gpu_test.make_plan(run_args(tmp_path))
+    assert plan.require_arch == "gfx942"
+    assert plan.container_kwargs(tmp_path, [])["command"][-2:] == ["--require-arch", "gfx942"]

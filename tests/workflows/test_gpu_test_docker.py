@@ -54,7 +54,7 @@ def test_run_in_a_fresh_container(variant_dir, tmp_path):
     src = checkout_copy(tmp_path / "src")
     out = tmp_path / "out"
     argv = ["run", "--artifact", str(variant_dir), "--image", image, "--out", str(out), "--src", str(src),
-            "--devices", "", "--network", "host", "--bench", "false", "--tests", PROBE,
+            "--devices", "", "--require-arch", "", "--network", "host", "--bench", "false", "--tests", PROBE,
             "--timeout-min", "20"]  # fmt: skip
     rc = gpu_test.main(argv)
     log = (out / "container.log").read_text() if (out / "container.log").exists() else "(no log)"
@@ -62,7 +62,8 @@ def test_run_in_a_fresh_container(variant_dir, tmp_path):
     assert rc == 0, (report, log[-4000:])
     assert report["loader"]["ok"] and report["loader"]["present"] == [variant_dir.name]
     assert report["loader"]["module"].startswith(f"/kernel/build/{variant_dir.name}/")
-    assert report["pytest"] == {"ok": True, "exit_code": 0, "paths": [PROBE]}
+    assert report["pytest"] == {"ok": True, "exit_code": 0, "paths": [PROBE], "tests": 1, "failures": 0,
+                                "errors": 0, "skipped": 0}  # fmt: skip
     assert 'tests="1"' in (out / "results" / "junit.xml").read_text()
     meta = json.loads((out / "kernel" / "build" / variant_dir.name / "metadata.json").read_text())
     assert meta["checks"]["tests"]["ok"] is True and meta["checks"]["tests"]["image"] == image
