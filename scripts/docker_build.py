@@ -1,6 +1,6 @@
 """Build variants inside containers, one per docker/matrix.yaml entry (`make docker-build`).
 
-    python -m scripts.docker_build [--torch 2.13] [--rocm 10.0] [--base-image IMAGE] [--jobs N]
+    python -m scripts.docker_build [--torch X.Y] [--rocm X.Y] [--base-image IMAGE] [--jobs N]
 
 For each selected entry: get the base image (local, else pull; tag@digest is pulled by digest),
 build or reuse the builder image docker/Dockerfile FROM it (tagged by a hash of the Dockerfile, the
@@ -46,6 +46,12 @@ CONTAINER_SRC = "/src"
 CONTAINER_OUT = "/out"
 CONTAINER_CCACHE = "/ccache"
 DEFAULT_CCACHE = REPO_ROOT / ".cache" / "ccache"
+# Forwarded to the image build and the container when the host uses a proxy.
+PROXY_VARS = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
+
+
+def proxy_env() -> dict[str, str]:
+    return {k: os.environ[k] for k in PROXY_VARS if os.environ.get(k)}
 
 
 class DockerBuildError(StageError):
@@ -61,7 +67,7 @@ class DockerBuildError(StageError):
 class Job:
     """One containerized build: which entry, FROM which base, where its output lands."""
 
-    name: str                    # entry key (torch2.13-rocm10.0)
+    name: str                    # entry key (torch<MA.MI>-rocm<MA.MI>)
     base_image: str              # what the builder image is FROM (pullable reference)
     image_ref: str               # what metadata records as build.image.ref
     expected_variant: str | None  # None when --base-image replaced the entry's base
@@ -251,7 +257,7 @@ class Engine:
         say(name, f"building builder image {tag} FROM {base_ref}", t0)
         stream = self.client.api.build(
             fileobj=io.BytesIO(context_tar(files)), custom_context=True, dockerfile=DOCKERFILE,
-            tag=tag, buildargs={"BASE_IMAGE": base_ref}, network_mode="host", rm=True,
+            tag=tag, buildargs={"BASE_IMAGE": base_ref, **proxy_env()}, network_mode="host", rm=True,
             forcerm=True, pull=False, decode=True,
         )
         for ev in stream:
@@ -266,7 +272,7 @@ class Engine:
 
     def run_build(self, job: Job, tag: str, image_digest: str, ccache_dir: Path, t0: float) -> tuple[int, str]:
         """Run the build stage; return (exit code, last stdout line)."""
-        env = {"GEMM_CCACHE": "1", "HOME": "/tmp"}
+        env = {"GEMM_CCACHE": "1", "HOME": "/tmp", **proxy_env()}
         user = None
         if os.getuid() != 0:
             user = f"{os.getuid()}:{os.getgid()}"
@@ -358,9 +364,10 @@ def main() -> int:
     ap.add_argument("--rocm", default="", help="only matrix entries of this ROCm (empty: all)")
     ap.add_argument("--base-image", default="", help="build FROM this image instead of the entry's")
     ap.add_argument("--jobs", type=int, default=1, help="entries built at once (default 1)")
-    ap.add_argument("--out", type=Path, default=REPO_ROOT / "build", help="where variants land (build/)")
-    ap.add_argument("--ccache-dir", type=Path, default=DEFAULT_CCACHE,
-                    help="host directory mounted as the compiler cache (default .cache/ccache)")
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("GEMM_BUILD_DIR") or REPO_ROOT / "build"),
+                    help="where variants land (default $GEMM_BUILD_DIR, else build/)")
+    ap.add_argument("--ccache-dir", type=Path, default=Path(os.environ.get("GEMM_CCACHE_DIR") or DEFAULT_CCACHE),
+                    help="host directory mounted as the compiler cache (default $GEMM_CCACHE_DIR, else .cache/ccache)")
     ap.add_argument("--require-abi", action="store_true",
                     help="fail an entry whose variant violates manylinux_2_28/abi3 (releases)")
     ap.add_argument("--summary-json", type=Path, help="also write the summary as JSON here")

@@ -3,7 +3,7 @@
     python -m scripts.matrix                         # table of entries with their variant names
     python -m scripts.matrix --format github         # {"include": [...]} for a GitHub Actions matrix
     python -m scripts.matrix --format github --pr-only
-    python -m scripts.matrix --torch 2.13 --rocm 10.0 --format json
+    python -m scripts.matrix --torch X.Y --rocm X.Y --format json
     python -m scripts.matrix --format default-image  # the Dockerfile's default BASE_IMAGE
 
 Variant names are computed with the `kernels` library's own classes (kernels.variants.ArchVariant,
@@ -62,7 +62,7 @@ class Entry:
 
     @property
     def key(self) -> str:
-        """Short stable id of the pair, e.g. torch2.13-rocm10.0."""
+        """Short stable id of the pair, e.g. torch<MA.MI>-rocm<MA.MI>."""
         return f"torch{self.torch_mm}-rocm{self.rocm}"
 
     @property
@@ -115,7 +115,7 @@ def _check_entry(i: int, raw: Any) -> Entry:
     if not TORCH_RE.fullmatch(e.torch):
         raise MatrixError(f"{where}.torch: {e.torch!r} is not a full release like '2.13.0'")
     if not MM_RE.fullmatch(e.rocm):
-        raise MatrixError(f"{where}.rocm: {e.rocm!r} is not major.minor like '7.2'")
+        raise MatrixError(f"{where}.rocm: {e.rocm!r} is not major.minor like 'X.Y'")
     if not MM_RE.fullmatch(e.python):
         raise MatrixError(f"{where}.python: {e.python!r} is not major.minor like '3.12'")
     repo, sep, tag = e.image.partition(":")
@@ -195,7 +195,7 @@ def _norm_rocm(v: str) -> str:
         return v
     if re.fullmatch(r"\d+\.\d+\.\d+", v):
         return ".".join(v.split(".")[:2])
-    raise MatrixError(f"--rocm: {v!r} is not a ROCm version like 7.2 or 10.0")
+    raise MatrixError(f"--rocm: {v!r} is not a ROCm version like X.Y")
 
 
 def _norm_torch(v: str) -> str:
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--file", default=str(MATRIX_PATH), help="matrix file (default docker/matrix.yaml)")
     ap.add_argument("--torch", default="", help="only entries of this torch (2.13 or 2.13.0)")
-    ap.add_argument("--rocm", default="", help="only entries of this ROCm (7.2, 10.0)")
+    ap.add_argument("--rocm", default="", help="only entries of this ROCm (X.Y)")
     ap.add_argument("--pr-only", action="store_true", help="only entries built on pull requests")
     ap.add_argument("--format", choices=["table", "json", "github", "variants", "default-image"],
                     default="table")

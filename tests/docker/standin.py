@@ -8,10 +8,11 @@ integration test builds this stand-in instead and passes it as BASE_IMAGE; every
 
 What goes in (and why):
 - a minimal Debian root from debootstrap, with the mirror this machine's apt uses;
-- python3 (+venv, headers), g++ and ccache: what rocm/pytorch images carry for a C++ extension build;
+- python3 (+venv, headers), g++ and git: what rocm/pytorch images carry for a C++ extension build
+  (ccache comes from the Dockerfile, as on the real bases);
 - the machine's system CA bundle and a pip.conf pointing at it: on these machines the package
   registries are reached through a CA that only this bundle holds, and pip inside the container
-  must install requirements/build.txt;
+  must install requirements/build.txt; the host's proxy variables, if it uses any, go in too;
 - CPU torch in /opt/venv (first on PATH, like the python of the rocm/pytorch images), installed from
   a wheelhouse that the host's pip assembles (`pip download`, which finds the torch file that lies on
   this machine's disk), since the container can't see host paths.
@@ -22,6 +23,7 @@ The image is tagged by a hash of its inputs, so CI builds it once per machine an
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -39,12 +41,12 @@ TORCH_REQ = "torch==2.13.0+cpu"  # the stand-in's torch; the variant name follow
 DEB_PACKAGES = [
     "python3",
     "python3-venv",
-    "python3-pip",
-    "python3-dev",
+    "python3-dev",  # Python.h for the abi3 extension
     "g++",
-    "ccache",
+    "git",  # the build stage records the commit (provenance)
     "ca-certificates",
 ]
+PROXY_VARS = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 VENV = "/opt/venv"
@@ -91,10 +93,15 @@ def wheelhouse(dest: Path) -> list[Path]:
     return wheels
 
 
+def proxy_env() -> dict[str, str]:
+    return {k: os.environ[k] for k in PROXY_VARS if os.environ.get(k)}
+
+
 def content_tag(wheels: list[Path]) -> str:
     h = hashlib.sha256()
     h.update(Path(__file__).read_bytes())
     h.update(CA_BUNDLE.read_bytes())
+    h.update(repr(sorted(proxy_env().items())).encode())
     for w in wheels:
         h.update(w.name.encode())
         h.update(str(w.stat().st_size).encode())
@@ -178,7 +185,7 @@ def ensure(client: docker.DockerClient | None = None) -> str:
         client.api.import_image_from_file(
             str(tarball), repository=repo, tag=tag,
             changes=[f"ENV PATH={env_path}", "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt",
-                     "CMD [\"/bin/bash\"]"],
+                     *(f"ENV {k}={v}" for k, v in proxy_env().items()), "CMD [\"/bin/bash\"]"],
         )
         client.images.get(ref)  # raises if the import did not produce it
         log(f"built {ref} in {time.monotonic() - t0:.0f}s")
