@@ -10,7 +10,8 @@ Checks, each reported by name:
 - ``rocminfo``: the ROCm runtime answers and lists at least ``--min-gpus`` GPU agents whose ISA is
   ``--arch`` (parsed from ``rocminfo`` output; ``--rocminfo-file`` reads a recording instead);
 - ``devices``: ``/dev/kfd`` and ``/dev/dri`` exist (the container device flags need them);
-- ``disk``: every ``--path`` has at least ``--min-free-gb`` GiB free (rocm/pytorch images are ~30 GB).
+- ``disk``: every ``--path`` has at least ``--min-free-gb`` GiB free (rocm/pytorch images are ~30 GB);
+  with ``--docker-prune``, a short disk first gets ``docker system prune`` of data unused for 72 h.
 
 Exit status 0 when every check passes, 1 when any fails (a bad runner must fail the job, not be
 retried into flaky tests), 2 on bad arguments. ``--json FILE`` writes the report for the job's logs.
@@ -174,6 +175,19 @@ def reclaim_hosted_disk(env: dict[str, str] | os._Environ[str] = os.environ) -> 
     return Check("reclaim", True, f"removed {len(present)} preinstalled toolchains", {"removed": present})
 
 
+def prune_docker(older_than_h: int = 72) -> Check:
+    """Free docker disk on a low runner: stopped containers, and images unused for `older_than_h` hours."""
+    docker = shutil.which("docker")
+    if docker is None:
+        return Check("prune", False, "disk is low and there is no docker CLI to prune with")
+    cmd = [docker, "system", "prune", "--all", "--force", "--filter", f"until={older_than_h}h"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
+    tail = (proc.stdout or proc.stderr).strip().splitlines()[-1:] or [""]
+    if proc.returncode:
+        return Check("prune", False, f"docker system prune exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
+    return Check("prune", True, f"pruned docker data unused for {older_than_h}h: {tail[0]}")
+
+
 ROCMINFO_FALLBACK = Path("/opt/rocm/bin/rocminfo")
 
 
@@ -198,7 +212,11 @@ def preflight(args: argparse.Namespace) -> list[Check]:
         except (OSError, RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
             checks.append(Check("rocminfo", False, str(exc)))
         checks.append(check_devices(args.dev_root))
-    checks.append(check_disk(args.path, args.min_free_gb))
+    disk = check_disk(args.path, args.min_free_gb)
+    if not disk.ok and args.docker_prune:
+        checks.append(prune_docker())
+        disk = check_disk(args.path, args.min_free_gb)
+    checks.append(disk)
     return checks
 
 
@@ -237,6 +255,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--reclaim-hosted",
         action="store_true",
         help="on GitHub-hosted runners only, first delete preinstalled toolchains a build never uses",
+    )
+    p.add_argument(
+        "--docker-prune",
+        action="store_true",
+        help="when disk is short, prune docker data unused for 72 h, then check again",
     )
     p.add_argument("--rocminfo-file", type=Path, help="parse this recorded rocminfo output instead of running it")
     p.add_argument("--dev-root", type=Path, default=Path("/dev"), help=argparse.SUPPRESS)

@@ -119,3 +119,21 @@ def test_bad_arguments_name_the_argument(argv, message, capsys):
         preflight.main(argv)
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_low_disk_prunes_docker_then_rechecks(tmp_path, monkeypatch, dev_root):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "docker.log"
+    fake = bindir / "docker"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> "{log}"\necho "Total reclaimed space: 0B"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
+    argv = ["--rocminfo-file", str(SAMPLE), "--dev-root", str(dev_root), "--min-free-gb", "1e9",
+            "--path", str(tmp_path), "--docker-prune"]  # fmt: skip
+    assert preflight.main(argv) == 1  # still short after pruning
+    assert log.read_text().split() == ["system", "prune", "--all", "--force", "--filter", "until=72h"]
+    log.unlink()
+    argv[argv.index("1e9")] = "0"
+    assert preflight.main(argv) == 0
+    assert not log.exists()  # enough disk: nothing pruned
