@@ -46,10 +46,10 @@ PY
     echo "build.toml (device copy) patched:"; grep -A5 "kernel.gemm_cuda" build.toml
   fi
   timeout 400 python3 -m scripts.build 2>&1 | tee "$OUT/build.log" | tail -n 12 || rc=1
-  timeout 200 python3 -m pytest -q -p no:cacheprovider tests/kernel tests/cuda/test_cuda_gpu.py 2>&1 \
-    | tee "$OUT/pytest.log" | tail -n 25 || rc=1
   timeout 330 python3 -m benchmarks.run --shapes challenge,8192x8192x8192 --out "$OUT/h200" 2>&1 \
     | tee "$OUT/bench.log" | tail -n 50 || rc=1
+  timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernel tests/cuda/test_cuda_gpu.py 2>&1 \
+    | tee "$OUT/pytest.log" | tail -n 25 || rc=1
   for tool in memcheck racecheck; do
     n=3; [ $tool = racecheck ] && n=1
     timeout 75 compute-sanitizer --tool $tool --print-limit 20 python3 tests/cuda/sanitize_calls.py --kernel-dir build \
