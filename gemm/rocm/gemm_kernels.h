@@ -418,13 +418,25 @@ __global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(A
   }
 }
 
-// Split-K reduce: c = bf16(sum over splits of the fp32 partials), deterministic order.
+// Split-K reduce: c = bf16(sum over splits of the fp32 partials), fixed order (deterministic).
+// V = 4: a thread sums 4 consecutive elements (16-byte loads, one 8-byte store); needs M*N % 4 == 0
+// and an 8-byte aligned c (the workspace comes from the caching allocator: aligned).
+template <int V>
 __global__ __launch_bounds__(256) void splitk_reduce_kernel(ReduceArgs r) {
-  const long long stride = (long long)gridDim.x * 256;
-  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < r.mn; i += stride) {
-    float s = 0.0f;
-    for (int z = 0; z < r.splits; ++z) s += r.ws[(size_t)z * (size_t)r.mn + (size_t)i];
-    r.c[i] = f32_to_bf16(s);
+  const long long stride = (long long)gridDim.x * 256 * V;
+  for (long long i = ((long long)blockIdx.x * 256 + threadIdx.x) * V; i < r.mn; i += stride) {
+    if constexpr (V == 4) {
+      floatx4 s = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (int z = 0; z < r.splits; ++z)
+        s += *(const floatx4*)(r.ws + (size_t)z * (size_t)r.mn + (size_t)i);
+      const uint32_t lo = (uint32_t)f32_to_bf16(s.x) | ((uint32_t)f32_to_bf16(s.y) << 16);
+      const uint32_t hi = (uint32_t)f32_to_bf16(s.z) | ((uint32_t)f32_to_bf16(s.w) << 16);
+      *(uint64_t*)(r.c + i) = (uint64_t)lo | ((uint64_t)hi << 32);
+    } else {
+      float s = 0.0f;
+      for (int z = 0; z < r.splits; ++z) s += r.ws[(size_t)z * (size_t)r.mn + (size_t)i];
+      r.c[i] = f32_to_bf16(s);
+    }
   }
 }
 
@@ -501,9 +513,15 @@ inline void run_gemm(const Problem& pr, const Plan& plan, float* workspace, Laun
     r.c = (uint16_t*)pr.c;
     r.mn = (long long)pr.M * pr.N;
     r.splits = plan.splits;
-    long long blocks = (r.mn + 255) / 256;
+    const bool vec4 = r.mn % 4 == 0 && (uintptr_t)pr.c % 8 == 0 && (uintptr_t)workspace % 16 == 0;
+    const int per_thread = vec4 ? 4 : 1;
+    long long blocks = (r.mn / per_thread + 255) / 256;
     if (blocks > 8LL * kNumCUs) blocks = 8LL * kNumCUs;
-    launch(&splitk_reduce_kernel, dim3((unsigned)blocks, 1u, 1u), dim3(256u, 1u, 1u), r);
+    const dim3 grid((unsigned)blocks, 1u, 1u), block(256u, 1u, 1u);
+    if (vec4)
+      launch(&splitk_reduce_kernel<4>, grid, block, r);
+    else
+      launch(&splitk_reduce_kernel<1>, grid, block, r);
   }
 }
 
@@ -522,7 +540,8 @@ inline void for_each_kernel(Visit&& visit) {
   visit("gemm_kernel<t64x64,seed,bytes>", KernelOf<2, kSeed, false>::ptr);
   visit("gemm_kernel<t64x64,natural,vec>", KernelOf<2, kNatural, true>::ptr);
   visit("gemm_kernel<t64x64,natural,bytes>", KernelOf<2, kNatural, false>::ptr);
-  visit("splitk_reduce_kernel", &splitk_reduce_kernel);
+  visit("splitk_reduce_kernel<4>", &splitk_reduce_kernel<4>);
+  visit("splitk_reduce_kernel<1>", &splitk_reduce_kernel<1>);
 }
 
 }  // namespace gemm_rocm
