@@ -77,7 +77,7 @@ def _random_shapes(count: int, seed: int) -> list[tuple[int, int, int]]:
 # M = 1, odd extents (seed layout takes the byte-load path), N not a multiple of 128, K = 128, and
 # shapes whose plan splits K (small M x N, long K).
 EDGE_SHAPES = [(1, 1, 128), (1, 7168, 7168), (3, 5, 128), (129, 127, 256), (257, 383, 1152),
-               (1000, 33, 4096), (64, 64, 16384), (6144, 1, 256), (2, 4608, 7168)]  # fmt: skip
+               (1000, 33, 4096), (33, 77, 7168), (64, 64, 16384), (6144, 1, 256), (2, 4608, 7168)]  # fmt: skip
 
 
 @pytest.mark.parametrize("shape", EDGE_SHAPES + _random_shapes(12, 20261202), ids=_id)
