@@ -47,6 +47,8 @@ ASAN_CASES = [
     ("natural", 2, 4, "vec", 65, 63, 512),
     ("seed", 2, 1, "bytes-misaligned", 3, 5, 128),
     ("natural", 2, 2, "bytes", 130, 70, 384),
+    ("seed", 2, 1, "vec", 1024, 128, 128),  # 16 x 2 tiles: XCD remap + groups of 8 tile-rows
+    ("natural", 2, 1, "bytes", 128, 256, 128),  # 2 x 4 tiles: XCD remap
     ("seed", -1, 0, "vec", 96, 300, 512),  # the planner's own choice
     ("natural", -1, 0, "vec", 64, 200, 512),
 ]
