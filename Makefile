@@ -16,7 +16,7 @@ DRY_RUN ?=
 # Extra benchmark arguments, e.g. BENCH_ARGS="--threads 1 --shapes all".
 BENCH_ARGS ?=
 
-.PHONY: venv build test lint gate docker-build publish bench clean
+.PHONY: venv system-deps build test lint gate docker-build publish bench clean
 
 venv: $(VENV)/.installed
 
@@ -25,6 +25,10 @@ $(VENV)/.installed: requirements/build.txt requirements/dev.txt
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)" -r requirements/dev.txt
 	touch $@
+
+# Debian packages for the gfx942 gate, the emulator, the container tests (needs root).
+system-deps:
+	bash .ci/system-deps
 
 build: venv
 	$(PY) -m scripts.build --out $(BUILD_DIR)
@@ -39,7 +43,11 @@ lint: venv
 gate: venv
 	$(PY) -m scripts.gfx942_gate
 
-docker-build: venv
+docker-# Debian packages for the gfx942 gate, the emulator, the container tests (needs root).
+system-deps:
+	bash .ci/system-deps
+
+build: venv
 	$(PY) -m scripts.docker_build --torch "$(TORCH)" --rocm "$(ROCM)" --base-image "$(BASE_IMAGE)"
 
 publish: venv
