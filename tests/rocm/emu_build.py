@@ -141,6 +141,7 @@ def run(
 ) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.update(SANITIZER_ENV[sanitizer])
+    env.setdefault("GEMM_EMU_TIMEOUT_S", "240")  # a stuck rendezvous fails the test well before `timeout`
     proc = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env)
     if expect_ok and proc.returncode != 0:
         pytest.fail(

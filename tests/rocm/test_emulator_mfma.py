@@ -299,3 +299,19 @@ def test_divergent_barrier_reports_deadlock(builder, sanitizer, monkeypatch):
     assert "hip_emu: deadlock" in proc.stderr, proc.stderr[-2000:]
     assert "threads 0-31: __syncthreads" in proc.stderr, proc.stderr[-2000:]
     assert "threads 32-63: __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8" in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("sanitizer", emu_build.SANITIZERS)
+def test_dynamic_lds(builder, tmp_path, sanitizer):
+    import numpy as np
+
+    exe = builder.build(SELFTEST, sanitizer)
+    emu_build.run(exe, ["dynlds", 128, tmp_path], sanitizer)
+    out = np.fromfile(tmp_path / "out.bin", dtype=np.float32).reshape(2, 2, 128)
+    assert np.isnan(out[:, 0]).all(), "dynamic LDS is not poisoned at workgroup start"
+    i = np.arange(128)
+    for b in range(2):
+        np.testing.assert_array_equal(out[b, 1], 127 - i + 1000 * b)
+    if sanitizer == "asan":
+        proc = emu_build.run(exe, ["dynlds_oob", 128, tmp_path], sanitizer, expect_ok=False)
+        assert proc.returncode != 0 and "heap-buffer-overflow" in proc.stderr, proc.stderr[-2000:]

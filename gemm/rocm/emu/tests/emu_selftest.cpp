@@ -12,6 +12,7 @@
 //   emu_selftest cvtpk N DIR      a.bin, b.bin: (N) f32, old.bin, sel.bin: (N) i32 -> out.bin (N) i32
 //   emu_selftest misc DIR         collectives, LDS, atomics -> several .bin files (see kernel)
 //   emu_selftest diverge          MFMA with half of the wave returned: must abort with a message
+//   emu_selftest dynlds N DIR     dynamic LDS of N floats: poison, then exchange across waves -> out.bin
 // Safety nets (each must be caught by the named tool):
 //   emu_selftest race             LDS written and read by other waves without __syncthreads (TSan)
 //   emu_selftest lds_oob          LDS read one element past the end of a __shared__ array (ASan)
@@ -188,6 +189,20 @@ __global__ void k_diverge(float *out) {
   out[lane] = acc[0];
 }
 
+// ---- dynamic LDS (HIP_DYNAMIC_SHARED + emu::launch_dynamic) ----------------------------------
+// block 128, grid 2: out[b][0][i] = initial content (poison), out[b][1][i] = value of thread 127-i.
+__global__ void k_dynlds(float *out, int n, int oob) {
+  HIP_DYNAMIC_SHARED(float, dyn);
+  const int tid = int(threadIdx.x);
+  float *o = out + size_t(blockIdx.x) * 2 * 128;
+  o[tid] = dyn[tid];  // before anyone writes: poison
+  __syncthreads();
+  dyn[tid] = float(tid + 1000 * int(blockIdx.x));
+  __syncthreads();
+  o[128 + tid] = dyn[127 - tid];
+  if (oob && tid == 0) o[0] = dyn[n];  // one past the end
+}
+
 // ---- safety nets ------------------------------------------------------------------------------
 __global__ void k_race(int *out) {
   __shared__ int buf[128];
@@ -261,6 +276,15 @@ int main(int argc, char **argv) {
     std::vector<float> out(64, 0.0f);
     emu::launch(k_diverge, dim3(1), dim3(64), out.data());
     std::printf("diverge: no error\n");
+    return 0;
+  }
+  if ((mode == "dynlds" || mode == "dynlds_oob") && argc == 4) {
+    const int n = std::atoi(argv[2]);
+    if (n < 128) return 2;
+    std::vector<float> out(2 * 2 * 128, 0.0f);
+    emu::launch_dynamic(k_dynlds, dim3(2), dim3(128), size_t(n) * sizeof(float), out.data(), n,
+                        mode == "dynlds_oob" ? 1 : 0);
+    write_all(std::string(argv[3]) + "/out.bin", out);
     return 0;
   }
   if (mode == "race") {
