@@ -171,20 +171,22 @@ struct Stager {
         const uint8_t* X = isA ? p.a : p.b;
         const int E = isA ? p.M : p.N;
         const int row0 = isA ? m0 : n0;
+        const bool valid = row0 + row < E;
         u32x4 v = {0u, 0u, 0u, 0u};
-        if (row0 + row < E) {
-          const uint8_t* base = X + (size_t)row0 * (size_t)K + (size_t)k0;
-          if constexpr (VEC) {
-            v = *(const u32x4*)(base + (uint32_t)(row * K + col));  // 256 * K < 2^32 (plan)
-          } else {
-            const uint8_t* src = base + ((size_t)row * (size_t)K + col);
-            uint32_t w[4];
+        const uint8_t* base = X + (size_t)row0 * (size_t)K + (size_t)k0;
+        if constexpr (VEC) {
+          // branch-free: load a clamped (valid) row, then select zero; 256 * K < 2^32 (plan)
+          const int rr = valid ? row : E - 1 - row0;
+          const u32x4 t = *(const u32x4*)(base + (uint32_t)(rr * K + col));
+          v = valid ? t : v;
+        } else if (valid) {
+          const uint8_t* src = base + ((size_t)row * (size_t)K + col);
+          uint32_t w[4];
 #pragma unroll
-            for (int q = 0; q < 4; ++q)
-              w[q] = (uint32_t)src[4 * q] | ((uint32_t)src[4 * q + 1] << 8) |
-                     ((uint32_t)src[4 * q + 2] << 16) | ((uint32_t)src[4 * q + 3] << 24);
-            v = u32x4{w[0], w[1], w[2], w[3]};
-          }
+          for (int q = 0; q < 4; ++q)
+            w[q] = (uint32_t)src[4 * q] | ((uint32_t)src[4 * q + 1] << 8) |
+                   ((uint32_t)src[4 * q + 2] << 16) | ((uint32_t)src[4 * q + 3] << 24);
+          v = u32x4{w[0], w[1], w[2], w[3]};
         }
         r[4 * j + 0] = v.x;
         r[4 * j + 1] = v.y;
@@ -213,7 +215,10 @@ struct Stager {
           uint32_t w = 0;
           if constexpr (VEC) {
             // E % 4 == 0: the 4-byte group is wholly in or out; 32 * E < 2^32 (plan)
-            if (grow < E) w = *(const uint32_t*)(base + (uint32_t)(8 * g * E + 4 * ch));
+            // branch-free: a clamped (valid, E >= 4) column group, then select zero
+            const int cch = grow < E ? 4 * ch : E - 4 - urow;
+            const uint32_t t = *(const uint32_t*)(base + (uint32_t)(8 * g * E + cch));
+            w = grow < E ? t : 0u;
           } else {
             const uint8_t* src = base + ((size_t)(8 * g) * (size_t)E + 4 * ch);
 #pragma unroll
@@ -309,11 +314,11 @@ __global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(A
   const int kb1 = (kb0 + p.kb_per_split) < KB ? (kb0 + p.kb_per_split) : KB;
   const int s_end = 2 * kb1;  // stages [2*kb0, 2*kb1)
 
-  auto load_sa = [&](int kb) -> float {
-    const int row = m0 + tid;
-    if (tid < BM && row < M_)
-      return LAYOUT == kSeed ? p.sa[(size_t)kb * M_ + row] : p.sa[(size_t)row * KB + kb];
-    return 0.0f;
+  auto load_sa = [&](int kb) -> float {  // branch-free: a clamped valid row, then select zero
+    const bool valid = tid < BM && m0 + tid < M_;
+    const int row = valid ? m0 + tid : M_ - 1;
+    const float v = LAYOUT == kSeed ? p.sa[(size_t)kb * M_ + row] : p.sa[(size_t)row * KB + kb];
+    return valid ? v : 0.0f;
   };
   auto load_sb = [&](int kb) -> float {
     return LAYOUT == kSeed ? p.sb[(size_t)kb * NB + nb] : p.sb[(size_t)nb * KB + kb];
@@ -351,31 +356,44 @@ __global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(A
       const int s = 2 * kb + h;
       uint8_t* const cur = h == 0 ? stage_buf0 : stage_buf1;
       uint8_t* const nxt = h == 0 ? stage_buf1 : stage_buf0;
-      if (s + 1 < s_end) {  // registers (stage s+1) -> the other buffer, free since last barrier
-        st.store(nxt, tid, wave);
-        if (h == 1 && tid < BM) lds_sa[par ^ 1][tid] = sa_next;  // stage s+1 opens K-block kb+1
-      }
-      if (s + 2 < s_end) {  // next loads in flight during this stage's MFMAs
-        st.load(p, m0, n0, (s + 2) * kStageK, tid, wave);
-        if (h == 0) sa_next = load_sa(kb + 1);
-      }
       if (h == 1) sb_cur = load_sb(kb);
-      __builtin_amdgcn_sched_barrier(0);
 
+      // This stage's MFMA operands.
+      constexpr int KS = kStageK / Cfg::KI;
+      long av[KS][Cfg::FM], bv[KS][Cfg::FN];
 #pragma unroll
-      for (int ks = 0; ks < kStageK / Cfg::KI; ++ks) {
-        long av[Cfg::FM], bv[Cfg::FN];
+      for (int ks = 0; ks < KS; ++ks) {
 #pragma unroll
         for (int i = 0; i < Cfg::FM; ++i)
-          av[i] = *(const long*)(cur + (wm0 + i * MT + lrow) * kLdsStride + ks * Cfg::KI + lk);
+          av[ks][i] = *(const long*)(cur + (wm0 + i * MT + lrow) * kLdsStride + ks * Cfg::KI + lk);
 #pragma unroll
         for (int j = 0; j < Cfg::FN; ++j)
-          bv[j] = *(const long*)(cur + (BM + wn0 + j * MT + lrow) * kLdsStride + ks * Cfg::KI + lk);
+          bv[ks][j] = *(const long*)(cur + (BM + wn0 + j * MT + lrow) * kLdsStride + ks * Cfg::KI + lk);
+      }
+      // Registers (stage s+1) -> the other buffer, free since the last barrier. Unconditional, so
+      // that it shares a scheduling region with the MFMAs: after the last stage it rewrites the last
+      // loaded stage into a buffer nobody reads again.
+      st.store(nxt, tid, wave);
+      // Global loads of stage s+2, in flight during the next stage; clamped to the last stage
+      // (in bounds, unused) so that there is no branch either.
+      st.load(p, m0, n0, (s + 2 < s_end ? s + 2 : s_end - 1) * kStageK, tid, wave);
+      if (h == 0) sa_next = load_sa(kb + 1 < kb1 ? kb + 1 : kb1 - 1);
+
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks)
 #pragma unroll
         for (int i = 0; i < Cfg::FM; ++i)
 #pragma unroll
-          for (int j = 0; j < Cfg::FN; ++j) tmp[i][j] = M::run(av[i], bv[j], tmp[i][j]);
-        // (no sched_barrier: the scheduler may read the next K-step's operands under these MFMAs)
+          for (int j = 0; j < Cfg::FN; ++j) tmp[i][j] = M::run(av[ks][i], bv[ks][j], tmp[i][j]);
+
+      // Schedule: the operand reads first, then each MFMA followed by one LDS write and one global
+      // load of the staging, so those issue in the shadow of the matrix pipe (hints only).
+      __builtin_amdgcn_sched_group_barrier(0x100, KS * (Cfg::FM + Cfg::FN), 0);  // DS reads
+#pragma unroll
+      for (int q = 0; q < KS * Cfg::FM * Cfg::FN; ++q) {
+        __builtin_amdgcn_sched_group_barrier(0x008, 1, 0);  // MFMA
+        __builtin_amdgcn_sched_group_barrier(0x200, 1, 0);  // DS write
+        __builtin_amdgcn_sched_group_barrier(0x020, 1, 0);  // VMEM read
       }
 
       if (h == 1) {
@@ -390,6 +408,8 @@ __global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(A
 #pragma unroll
           for (int j = 0; j < Cfg::FN; ++j) acc[i][j] = tmp[i][j] * sc + acc[i][j];
         }
+        // the next K-block's a_scale (read two stages from now, after two barriers)
+        if (tid < BM) lds_sa[par ^ 1][tid] = sa_next;
       }
       __syncthreads();  // stage s consumed by every wave; stage s+1 written
     }
