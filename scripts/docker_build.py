@@ -67,11 +67,11 @@ class DockerBuildError(StageError):
 class Job:
     """One containerized build: which entry, FROM which base, where its output lands."""
 
-    name: str                    # entry key (torch<MA.MI>-rocm<MA.MI>)
-    base_image: str              # what the builder image is FROM (pullable reference)
-    image_ref: str               # what metadata records as build.image.ref
+    name: str  # entry key (torch<MA.MI>-rocm<MA.MI>)
+    base_image: str  # what the builder image is FROM (pullable reference)
+    image_ref: str  # what metadata records as build.image.ref
     expected_variant: str | None  # None when --base-image replaced the entry's base
-    stage_dir: Path              # mounted at /out
+    stage_dir: Path  # mounted at /out
     log_path: Path
 
 
@@ -82,8 +82,14 @@ def base_reference(entry: matrix.Entry) -> str:
     return entry.image
 
 
-def plan(entries: list[matrix.Entry], *, torch: str = "", rocm: str = "", base_image: str = "",
-         out: Path = REPO_ROOT / "build") -> list[Job]:
+def plan(
+    entries: list[matrix.Entry],
+    *,
+    torch: str = "",
+    rocm: str = "",
+    base_image: str = "",
+    out: Path = REPO_ROOT / "build",
+) -> list[Job]:
     """Select matrix entries and turn them into jobs. Raises MatrixError/DockerBuildError on bad args."""
     selected = matrix.select(entries, torch or None, rocm or None)
     if base_image:
@@ -92,18 +98,21 @@ def plan(entries: list[matrix.Entry], *, torch: str = "", rocm: str = "", base_i
         if len(selected) != 1:
             raise DockerBuildError(
                 f"--base-image replaces the base of one entry, but the filters select {len(selected)} "
-                f"({', '.join(e.key for e in selected)}): narrow them with --torch and --rocm")
+                f"({', '.join(e.key for e in selected)}): narrow them with --torch and --rocm"
+            )
     jobs = []
     for e in selected:
         stage = out / STAGE_SUBDIR / e.key
-        jobs.append(Job(
-            name=e.key,
-            base_image=base_image or base_reference(e),
-            image_ref=base_image or e.image_ref,
-            expected_variant=None if base_image else e.variant,
-            stage_dir=stage,
-            log_path=stage.with_suffix(".log"),
-        ))
+        jobs.append(
+            Job(
+                name=e.key,
+                base_image=base_image or base_reference(e),
+                image_ref=base_image or e.image_ref,
+                expected_variant=None if base_image else e.variant,
+                stage_dir=stage,
+                log_path=stage.with_suffix(".log"),
+            )
+        )
     return jobs
 
 
@@ -138,8 +147,17 @@ def context_tar(files: dict[str, bytes]) -> bytes:
 
 
 def build_command(image_ref: str, image_digest: str) -> list[str]:
-    return ["python3", "-m", "scripts.build", "--out", CONTAINER_OUT,
-            "--image-ref", image_ref, "--image-digest", image_digest]
+    return [
+        "python3",
+        "-m",
+        "scripts.build",
+        "--out",
+        CONTAINER_OUT,
+        "--image-ref",
+        image_ref,
+        "--image-digest",
+        image_digest,
+    ]
 
 
 def find_variant(stage: Path, printed: str | None = None) -> Path:
@@ -148,11 +166,13 @@ def find_variant(stage: Path, printed: str | None = None) -> Path:
         cand = stage / Path(printed).relative_to(CONTAINER_OUT)
         if (cand / "metadata.json").is_file():
             return cand
-    found = [d for d in stage.iterdir() if d.is_dir() and not d.name.startswith(".")
-             and (d / "metadata.json").is_file()] if stage.is_dir() else []
+    found = (
+        [d for d in stage.iterdir() if d.is_dir() and not d.name.startswith(".") and (d / "metadata.json").is_file()]
+        if stage.is_dir()
+        else []
+    )
     if len(found) != 1:
-        raise DockerBuildError(f"expected one variant directory in {stage}, found "
-                               f"{[d.name for d in found] or 'none'}")
+        raise DockerBuildError(f"expected one variant directory in {stage}, found {[d.name for d in found] or 'none'}")
     return found[0]
 
 
@@ -162,8 +182,10 @@ def abi_summary(meta: dict) -> str:
         return "not checked"
     if abi.get("ok"):
         return f"ok ({abi.get('manylinux', '?')})"
-    n = sum(len(f.get("manylinux_violations", [])) + len(f.get("python_abi_violations", []))
-            for f in (abi.get("files") or {}).values())
+    n = sum(
+        len(f.get("manylinux_violations", [])) + len(f.get("python_abi_violations", []))
+        for f in (abi.get("files") or {}).values()
+    )
     return f"FAIL ({n} violations of {abi.get('manylinux', '?')}/abi3)"
 
 
@@ -186,7 +208,7 @@ def summary_table(results: list[Result]) -> str:
     for r in results:
         rows.append((r.job.name, r.variant, r.abi, "ok" if r.ok else "FAILED", f"{r.seconds:.0f}s"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -244,7 +266,8 @@ class Engine:
             return self.client.images.get(ref)
         except (self.errors.APIError, self.errors.ImageNotFound) as exc:
             raise DockerBuildError(
-                f"[{name}] base image {ref} is not on this engine and cannot be pulled: {exc}") from None
+                f"[{name}] base image {ref} is not on this engine and cannot be pulled: {exc}"
+            ) from None
 
     def builder(self, base_ref: str, base_id: str, files: dict[str, bytes], name: str, t0: float) -> str:
         tag = builder_tag(files, base_id)
@@ -256,9 +279,16 @@ class Engine:
             pass
         say(name, f"building builder image {tag} FROM {base_ref}", t0)
         stream = self.client.api.build(
-            fileobj=io.BytesIO(context_tar(files)), custom_context=True, dockerfile=DOCKERFILE,
-            tag=tag, buildargs={"BASE_IMAGE": base_ref, **proxy_env()}, network_mode="host", rm=True,
-            forcerm=True, pull=False, decode=True,
+            fileobj=io.BytesIO(context_tar(files)),
+            custom_context=True,
+            dockerfile=DOCKERFILE,
+            tag=tag,
+            buildargs={"BASE_IMAGE": base_ref, **proxy_env()},
+            network_mode="host",
+            rm=True,
+            forcerm=True,
+            pull=False,
+            decode=True,
         )
         for ev in stream:
             if "error" in ev:
@@ -277,8 +307,14 @@ class Engine:
         if os.getuid() != 0:
             user = f"{os.getuid()}:{os.getgid()}"
         container = self.client.containers.run(
-            tag, command=build_command(job.image_ref, image_digest), entrypoint=[],
-            detach=True, network_mode="host", working_dir=CONTAINER_SRC, environment=env, user=user,
+            tag,
+            command=build_command(job.image_ref, image_digest),
+            entrypoint=[],
+            detach=True,
+            network_mode="host",
+            working_dir=CONTAINER_SRC,
+            environment=env,
+            user=user,
             volumes={
                 str(REPO_ROOT): {"bind": CONTAINER_SRC, "mode": "ro"},
                 str(job.stage_dir): {"bind": CONTAINER_OUT, "mode": "rw"},
@@ -340,7 +376,8 @@ def run_job(engine: Engine, job: Job, files: dict[str, bytes], out: Path, ccache
         if job.expected_variant and vdir.name != job.expected_variant:
             raise DockerBuildError(
                 f"[{job.name}] the image's torch built {vdir.name}, but the matrix entry expects "
-                f"{job.expected_variant}: fix docker/matrix.yaml (torch.version.hip names the variant)")
+                f"{job.expected_variant}: fix docker/matrix.yaml (torch.version.hip names the variant)"
+            )
         final = out / vdir.name
         if final.exists():
             shutil.rmtree(final)
@@ -358,25 +395,34 @@ def run_job(engine: Engine, job: Job, files: dict[str, bytes], out: Path, ccache
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(prog="python -m scripts.docker_build", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m scripts.docker_build", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--torch", default="", help="only matrix entries of this torch (empty: all)")
     ap.add_argument("--rocm", default="", help="only matrix entries of this ROCm (empty: all)")
     ap.add_argument("--base-image", default="", help="build FROM this image instead of the entry's")
     ap.add_argument("--jobs", type=int, default=1, help="entries built at once (default 1)")
-    ap.add_argument("--out", type=Path, default=Path(os.environ.get("GEMM_BUILD_DIR") or REPO_ROOT / "build"),
-                    help="where variants land (default $GEMM_BUILD_DIR, else build/)")
-    ap.add_argument("--ccache-dir", type=Path, default=Path(os.environ.get("GEMM_CCACHE_DIR") or DEFAULT_CCACHE),
-                    help="host directory mounted as the compiler cache (default $GEMM_CCACHE_DIR, else .cache/ccache)")
-    ap.add_argument("--require-abi", action="store_true",
-                    help="fail an entry whose variant violates manylinux_2_28/abi3 (releases)")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=Path(os.environ.get("GEMM_BUILD_DIR") or REPO_ROOT / "build"),
+        help="where variants land (default $GEMM_BUILD_DIR, else build/)",
+    )
+    ap.add_argument(
+        "--ccache-dir",
+        type=Path,
+        default=Path(os.environ.get("GEMM_CCACHE_DIR") or DEFAULT_CCACHE),
+        help="host directory mounted as the compiler cache (default $GEMM_CCACHE_DIR, else .cache/ccache)",
+    )
+    ap.add_argument(
+        "--require-abi", action="store_true", help="fail an entry whose variant violates manylinux_2_28/abi3 (releases)"
+    )
     ap.add_argument("--summary-json", type=Path, help="also write the summary as JSON here")
     args = ap.parse_args()
     if args.jobs < 1:
         raise DockerBuildError(f"--jobs must be >= 1, got {args.jobs}")
     try:
-        jobs = plan(matrix.load(), torch=args.torch, rocm=args.rocm, base_image=args.base_image,
-                    out=args.out.resolve())
+        jobs = plan(matrix.load(), torch=args.torch, rocm=args.rocm, base_image=args.base_image, out=args.out.resolve())
     except matrix.MatrixError as exc:
         raise DockerBuildError(str(exc)) from None
     files = context_files()
@@ -392,10 +438,27 @@ def main() -> int:
                 r.error = f"[{r.job.name}] {r.variant}: ABI verdict {r.abi} (--require-abi)"
     print(summary_table(results), file=sys.stderr)
     if args.summary_json:
-        args.summary_json.write_text(json.dumps([
-            {"entry": r.job.name, "variant": r.variant, "abi": r.abi, "abi_ok": r.abi_ok, "ok": r.ok,
-             "seconds": round(r.seconds, 1), "image_ref": r.job.image_ref, "image_digest": r.image_digest,
-             "builder": r.builder, "error": r.error} for r in results], indent=2) + "\n")
+        args.summary_json.write_text(
+            json.dumps(
+                [
+                    {
+                        "entry": r.job.name,
+                        "variant": r.variant,
+                        "abi": r.abi,
+                        "abi_ok": r.abi_ok,
+                        "ok": r.ok,
+                        "seconds": round(r.seconds, 1),
+                        "image_ref": r.job.image_ref,
+                        "image_digest": r.image_digest,
+                        "builder": r.builder,
+                        "error": r.error,
+                    }
+                    for r in results
+                ],
+                indent=2,
+            )
+            + "\n"
+        )
     failed = [r for r in results if not r.ok]
     if failed:
         raise DockerBuildError("; ".join(r.error for r in failed))

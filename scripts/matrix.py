@@ -36,8 +36,15 @@ TAG_RE = re.compile(
 TORCH_RE = re.compile(r"\d+\.\d+\.\d+")
 MM_RE = re.compile(r"\d+\.\d+")
 DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
-FIELDS = {"torch": str, "rocm": str, "image": str, "digest": (str, type(None)), "python": str,
-          "pr": bool, "checked": str}
+FIELDS = {
+    "torch": str,
+    "rocm": str,
+    "image": str,
+    "digest": (str, type(None)),
+    "python": str,
+    "pr": bool,
+    "checked": str,
+}
 PLATFORM = "x86_64"
 OS = "linux"
 
@@ -81,8 +88,9 @@ class Entry:
         return d
 
 
-def variant_name(torch_version: str, rocm_version: str | None, *, cxx11: bool = True,
-                 platform: str = PLATFORM, os: str = OS) -> str:
+def variant_name(
+    torch_version: str, rocm_version: str | None, *, cxx11: bool = True, platform: str = PLATFORM, os: str = OS
+) -> str:
     """Variant directory name through kernels' own classes (rocm_version None -> cpu)."""
     from kernels.backends import CPU, ROCm
     from kernels.variants import Arch, ArchVariant, Torch
@@ -108,8 +116,9 @@ def _check_entry(i: int, raw: Any) -> Entry:
         raise MatrixError(f"{where}: unknown field(s) {', '.join(extra)}")
     for name, typ in FIELDS.items():
         if not isinstance(raw[name], typ):
-            raise MatrixError(f"{where}.{name}: wrong type {type(raw[name]).__name__} "
-                              f"(quote versions in YAML: \"2.13.0\", not 2.13.0)")
+            raise MatrixError(
+                f'{where}.{name}: wrong type {type(raw[name]).__name__} (quote versions in YAML: "2.13.0", not 2.13.0)'
+            )
     e = Entry(**raw)
     where = f"{where} ({e.torch}/{e.rocm})"
     if not TORCH_RE.fullmatch(e.torch):
@@ -125,8 +134,9 @@ def _check_entry(i: int, raw: Any) -> Entry:
         raise MatrixError(f"{where}.image: put the digest in the digest field, not in the tag")
     m = TAG_RE.fullmatch(tag)
     if not m:
-        raise MatrixError(f"{where}.image: tag {tag!r} does not follow "
-                          "rocm<ROCM>_ubuntu<U>_py<PY>_pytorch_release_<TORCH>")
+        raise MatrixError(
+            f"{where}.image: tag {tag!r} does not follow rocm<ROCM>_ubuntu<U>_py<PY>_pytorch_release_<TORCH>"
+        )
     if m["torch"] != e.torch:
         raise MatrixError(f"{where}.image: tag carries torch {m['torch']}, entry says {e.torch}")
     tag_rocm = m["rocm"].split(".")
@@ -159,12 +169,15 @@ def parse(data: Any) -> list[Entry]:
     for i, e in enumerate(entries):
         pair = (e.torch_mm, e.rocm)
         if pair in seen:
-            raise MatrixError(f"docker/matrix.yaml entries[{i}]: duplicate pair torch {e.torch_mm} / "
-                              f"ROCm {e.rocm} (first at entries[{seen[pair]}])")
+            raise MatrixError(
+                f"docker/matrix.yaml entries[{i}]: duplicate pair torch {e.torch_mm} / "
+                f"ROCm {e.rocm} (first at entries[{seen[pair]}])"
+            )
         seen[pair] = i
         if e.image in images:
-            raise MatrixError(f"docker/matrix.yaml entries[{i}]: image {e.image} already used by "
-                              f"entries[{images[e.image]}]")
+            raise MatrixError(
+                f"docker/matrix.yaml entries[{i}]: image {e.image} already used by entries[{images[e.image]}]"
+            )
         images[e.image] = i
     if not any(e.pr for e in entries):
         raise MatrixError("docker/matrix.yaml: at least one entry must have pr: true")
@@ -205,24 +218,28 @@ def _norm_torch(v: str) -> str:
     raise MatrixError(f"--torch: {v!r} is not a torch version like 2.13 or 2.13.0")
 
 
-def select(entries: list[Entry], torch: str | None = None, rocm: str | None = None,
-           pr_only: bool = False) -> list[Entry]:
+def select(
+    entries: list[Entry], torch: str | None = None, rocm: str | None = None, pr_only: bool = False
+) -> list[Entry]:
     """Filter entries; empty/None filters match all. A filter that matches nothing is an error."""
     out = list(entries)
     if torch:
         t = _norm_torch(torch)
         out = [e for e in out if e.torch_mm == t]
         if not out:
-            raise MatrixError(f"--torch: no matrix entry for torch {torch} "
-                              f"(have {sorted({e.torch_mm for e in entries})})")
+            raise MatrixError(
+                f"--torch: no matrix entry for torch {torch} (have {sorted({e.torch_mm for e in entries})})"
+            )
     if rocm:
         r = _norm_rocm(rocm)
         before = out
         out = [e for e in out if e.rocm == r]
         if not out:
-            raise MatrixError(f"--rocm: no matrix entry for ROCm {rocm}"
-                              f"{' with torch ' + torch if torch else ''} "
-                              f"(have {sorted({e.rocm for e in before})})")
+            raise MatrixError(
+                f"--rocm: no matrix entry for ROCm {rocm}"
+                f"{' with torch ' + torch if torch else ''} "
+                f"(have {sorted({e.rocm for e in before})})"
+            )
     if pr_only:
         out = [e for e in out if e.pr]
         if not out:
@@ -235,14 +252,14 @@ def github_matrix(entries: list[Entry]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m scripts.matrix", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m scripts.matrix", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--file", default=str(MATRIX_PATH), help="matrix file (default docker/matrix.yaml)")
     ap.add_argument("--torch", default="", help="only entries of this torch (2.13 or 2.13.0)")
     ap.add_argument("--rocm", default="", help="only entries of this ROCm (X.Y)")
     ap.add_argument("--pr-only", action="store_true", help="only entries built on pull requests")
-    ap.add_argument("--format", choices=["table", "json", "github", "variants", "default-image"],
-                    default="table")
+    ap.add_argument("--format", choices=["table", "json", "github", "variants", "default-image"], default="table")
     args = ap.parse_args(argv)
     try:
         entries = load(args.file)
@@ -262,10 +279,11 @@ def main(argv: list[str] | None = None) -> int:
             print(e.variant)
     else:
         rows = [("key", "variant", "pr", "image")] + [
-            (e.key, e.variant, "yes" if e.pr else "no", e.image_ref) for e in sel]
+            (e.key, e.variant, "yes" if e.pr else "no", e.image_ref) for e in sel
+        ]
         widths = [max(len(r[i]) for r in rows) for i in range(3)]
         for r in rows:
-            print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[3])
+            print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[3])
     return 0
 
 

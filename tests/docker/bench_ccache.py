@@ -40,8 +40,12 @@ def compile_seconds(log: str) -> tuple[int, float]:
 
 def ccache_stats(engine: db.Engine, builder: str, ccache_dir: Path) -> dict[str, int]:
     text = engine.client.containers.run(
-        builder, ["ccache", "--print-stats"], remove=True, network_mode="host",
-        volumes={str(ccache_dir): {"bind": db.CONTAINER_CCACHE, "mode": "rw"}}).decode()
+        builder,
+        ["ccache", "--print-stats"],
+        remove=True,
+        network_mode="host",
+        volumes={str(ccache_dir): {"bind": db.CONTAINER_CCACHE, "mode": "rw"}},
+    ).decode()
     stats = {}
     for line in text.splitlines():
         key, _, value = line.partition("\t")
@@ -86,9 +90,12 @@ def main() -> int:
         "ratio_compile": round(runs["warm"]["compile_s"] / runs["cold"]["compile_s"], 3),
         "goal_ratio": GOAL,
         "ccache_after_warm_run": stats,
-        "machine": {"cpus": subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip(),
-                    "platform": platform.platform(), "docker_storage_driver": storage,
-                    "note": "2 cores shared with other workers: wall times are noisy"},
+        "machine": {
+            "cpus": subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip(),
+            "platform": platform.platform(),
+            "docker_storage_driver": storage,
+            "note": "2 cores shared with other workers: wall times are noisy",
+        },
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     result["meets_goal_compile"] = result["ratio_compile"] <= GOAL

@@ -32,8 +32,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import docker
 import docker.errors
+
+import docker
 
 SUITE = "bookworm"
 REPOSITORY = "gemm-standin"
@@ -80,10 +81,24 @@ def _sha(data: bytes) -> str:
 def wheelhouse(dest: Path) -> list[Path]:
     """Let the host's pip gather torch and its dependencies as wheels (local files first)."""
     cmd = [
-        sys.executable, "-m", "pip", "download", "--quiet", "--only-binary", ":all:",
-        "--python-version", "3.11", "--platform", "manylinux_2_28_x86_64",
-        "--implementation", "cp", "--abi", "cp311",
-        "--dest", str(dest), TORCH_REQ,
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--only-binary",
+        ":all:",
+        "--python-version",
+        "3.11",
+        "--platform",
+        "manylinux_2_28_x86_64",
+        "--implementation",
+        "cp",
+        "--abi",
+        "cp311",
+        "--dest",
+        str(dest),
+        TORCH_REQ,
     ]
     log("pip download " + TORCH_REQ)
     subprocess.run(cmd, check=True)
@@ -131,10 +146,17 @@ def build_root(root: Path, wheels: list[Path]) -> None:
 def _build_root(root: Path, wheels: list[Path]) -> None:
     if shutil.which("debootstrap") is None:
         raise RuntimeError("debootstrap is not installed (apt-get install debootstrap)")
-    _run([
-        "debootstrap", "--variant=minbase", f"--include={','.join(DEB_PACKAGES)}",
-        SUITE, str(root), apt_mirror(),
-    ], stdout=subprocess.DEVNULL)
+    _run(
+        [
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={','.join(DEB_PACKAGES)}",
+            SUITE,
+            str(root),
+            apt_mirror(),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
     # The system CA bundle (registries are reached through a CA only it holds) and pip's use of it.
     shutil.copyfile(CA_BUNDLE, root / "etc/ssl/certs/ca-certificates.crt")
     (root / "etc/pip.conf").write_text(
@@ -146,10 +168,19 @@ def _build_root(root: Path, wheels: list[Path]) -> None:
     for w in wheels:
         shutil.copyfile(w, wh / w.name)
     _run(["chroot", str(root), "python3", "-m", "venv", VENV])
-    _run([
-        "chroot", str(root), f"{VENV}/bin/pip", "install", "--quiet", "--no-index",
-        "--find-links", "/tmp/wheels", TORCH_REQ,
-    ])
+    _run(
+        [
+            "chroot",
+            str(root),
+            f"{VENV}/bin/pip",
+            "install",
+            "--quiet",
+            "--no-index",
+            "--find-links",
+            "/tmp/wheels",
+            TORCH_REQ,
+        ]
+    )
     shutil.rmtree(wh)
     for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
         p = root / junk
@@ -177,15 +208,32 @@ def ensure(client: docker.DockerClient | None = None) -> str:
         build_root(root, wheels)
         log(f"root ready in {time.monotonic() - t0:.0f}s; importing")
         tarball = tmp / "root.tar"
-        _run(["tar", "-C", str(root), "--numeric-owner", "--exclude=./proc/*",
-              "--exclude=./sys/*", "-cf", str(tarball), "."])
+        _run(
+            [
+                "tar",
+                "-C",
+                str(root),
+                "--numeric-owner",
+                "--exclude=./proc/*",
+                "--exclude=./sys/*",
+                "-cf",
+                str(tarball),
+                ".",
+            ]
+        )
         shutil.rmtree(root)
         repo, tag = ref.split(":")
         env_path = f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
         client.api.import_image_from_file(
-            str(tarball), repository=repo, tag=tag,
-            changes=[f"ENV PATH={env_path}", "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt",
-                     *(f"ENV {k}={v}" for k, v in proxy_env().items()), "CMD [\"/bin/bash\"]"],
+            str(tarball),
+            repository=repo,
+            tag=tag,
+            changes=[
+                f"ENV PATH={env_path}",
+                "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt",
+                *(f"ENV {k}={v}" for k, v in proxy_env().items()),
+                'CMD ["/bin/bash"]',
+            ],
         )
         client.images.get(ref)  # raises if the import did not produce it
         log(f"built {ref} in {time.monotonic() - t0:.0f}s")

@@ -41,8 +41,9 @@ def _engine_or_skip() -> None:
 def docker_build_command(base_image: str) -> list[str]:
     """`make docker-build BASE_IMAGE=...` when the Makefile has the target, else the module itself."""
     if shutil.which("make") and (REPO / "Makefile").is_file():
-        probe = subprocess.run(["make", "-n", "docker-build", f"BASE_IMAGE={base_image}"], cwd=REPO,
-                               capture_output=True, text=True)
+        probe = subprocess.run(
+            ["make", "-n", "docker-build", f"BASE_IMAGE={base_image}"], cwd=REPO, capture_output=True, text=True
+        )
         if probe.returncode == 0 and "scripts.docker_build" in probe.stdout:
             return ["make", "docker-build", f"BASE_IMAGE={base_image}"]
     return [sys.executable, "-m", "scripts.docker_build", "--base-image", base_image]
@@ -99,7 +100,7 @@ def test_variant_name_metadata_and_verdicts(docker_built, standin_image):
     check.verify_digest(vdir)  # the files are exactly what the container wrote
     # the summary table names the entry, the variant and the ABI verdict
     log = docker_built["log"]
-    summary = log[log.rindex("entry "):]
+    summary = log[log.rindex("entry ") :]
     row = next(line for line in summary.splitlines() if vdir.name in line)
     assert ("ok (manylinux_2_28)" if checks["abi"]["ok"] else "FAIL (") in row
     assert row.split()[0] == matrix.default_entry(matrix.load()).key
@@ -135,8 +136,13 @@ sys.exit(1 if bad or c.dtype != torch.bfloat16 or c.shape != (M, N) else 0)
 def test_variant_loads_through_kernels_and_matches_fp32(docker_built):
     out = docker_built["out"]
     seed = int.from_bytes(os.urandom(4), "little")
-    proc = subprocess.run([sys.executable, "-c", LOAD_AND_CHECK, str(out), str(seed)],
-                          capture_output=True, text=True, timeout=600, cwd="/")
+    proc = subprocess.run(
+        [sys.executable, "-c", LOAD_AND_CHECK, str(out), str(seed)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd="/",
+    )
     assert proc.returncode == 0, f"seed {seed}:\n{proc.stdout}\n{proc.stderr[-4000:]}"
     assert "module _gemm_cpu_" in proc.stdout
 
@@ -149,9 +155,24 @@ CORRECTNESS_SLICE = "1x129x256 or 7x200x128 or 33x1000x384 or layouts_agree or s
 def test_variant_passes_the_kernel_correctness_tests(docker_built):
     env = {**os.environ, "GEMM_BUILD_DIR": str(docker_built["out"])}
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-         "tests/kernel/test_correctness.py", "-k", CORRECTNESS_SLICE],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-x",
+            "-p",
+            "no:cacheprovider",
+            "tests/kernel/test_correctness.py",
+            "-k",
+            CORRECTNESS_SLICE,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     tail = (proc.stdout + proc.stderr)[-4000:]
     assert proc.returncode == 0, tail
     assert " passed" in tail

@@ -16,7 +16,11 @@ from scripts import matrix
 def _entry(torch: str, rocm: str, py: str = "3.12", pr: bool = True, digest: str | None = None) -> dict:
     # Synthetic versions (never the real matrix's): this file must not repeat the version lists.
     return {
-        "torch": torch, "rocm": rocm, "python": py, "pr": pr, "digest": digest,
+        "torch": torch,
+        "rocm": rocm,
+        "python": py,
+        "pr": pr,
+        "digest": digest,
         "image": f"rocm/pytorch:rocm{rocm}_ubuntu24.04_py{py}_pytorch_release_{torch}",
         "checked": "synthetic test entry",
     }
@@ -53,8 +57,10 @@ def test_random_valid_documents_round_trip():
         t, r = _rand_pair(rng)
         if all(t.rsplit(".", 1)[0] != p[0].rsplit(".", 1)[0] or r != p[1] for p in pairs):
             pairs.add((t, r))
-    docs = [_entry(t, r, pr=(i == 0), digest=("sha256:" + "%064x" % rng.getrandbits(256)) if rng.random() < .5 else None)
-            for i, (t, r) in enumerate(sorted(pairs))]
+    docs = [
+        _entry(t, r, pr=(i == 0), digest=f"sha256:{rng.getrandbits(256):064x}" if rng.random() < 0.5 else None)
+        for i, (t, r) in enumerate(sorted(pairs))
+    ]
     entries = matrix.parse(_doc(*docs))
     assert [(e.torch, e.rocm) for e in entries] == sorted(pairs)
     gh = matrix.github_matrix(entries)
@@ -63,28 +69,33 @@ def test_random_valid_documents_round_trip():
     assert all(i["image_ref"].startswith(i["image"]) for i in gh["include"])
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda d: d["entries"][0].pop("python"), "missing field"),
-    (lambda d: d["entries"][0].update(extra=1), "unknown field"),
-    (lambda d: d["entries"][0].update(torch=3.4), "wrong type"),
-    (lambda d: d["entries"][0].update(torch="3.4"), "full release"),
-    (lambda d: d["entries"][0].update(rocm="11"), "major.minor"),
-    (lambda d: d["entries"][0].update(image="rocm/pytorch:latest"), "does not follow"),
-    (lambda d: d["entries"][0].update(image="other/pytorch:rocm11.2_ubuntu24.04_py3.12_pytorch_release_3.4.0"),
-     "rocm/pytorch:<tag>"),
-    (lambda d: d["entries"][0].update(torch="3.5.0"), "tag carries torch"),
-    (lambda d: d["entries"][0].update(rocm="11.3"), "tag carries ROCm"),
-    (lambda d: d["entries"][0].update(python="3.10"), "tag carries python"),
-    (lambda d: d["entries"][0].update(digest="sha256:abc"), "sha256:<64 hex>"),
-    (lambda d: d["entries"][0].update(image=d["entries"][0]["image"] + "@sha256:" + "0" * 64), "digest field"),
-    (lambda d: d["entries"][0].update(checked=" "), "checked"),
-    (lambda d: d["entries"].append(copy.deepcopy(d["entries"][0])), "duplicate pair"),
-    (lambda d: d["entries"].append(_entry("3.4.1", "11.2")), "duplicate pair"),
-    (lambda d: [e.update(pr=False) for e in d["entries"]], "pr: true"),
-    (lambda d: d.update(schema=2), "schema"),
-    (lambda d: d.update(entries=[]), "non-empty"),
-    (lambda d: d.update(extra=[]), "unknown top-level"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d["entries"][0].pop("python"), "missing field"),
+        (lambda d: d["entries"][0].update(extra=1), "unknown field"),
+        (lambda d: d["entries"][0].update(torch=3.4), "wrong type"),
+        (lambda d: d["entries"][0].update(torch="3.4"), "full release"),
+        (lambda d: d["entries"][0].update(rocm="11"), "major.minor"),
+        (lambda d: d["entries"][0].update(image="rocm/pytorch:latest"), "does not follow"),
+        (
+            lambda d: d["entries"][0].update(image="other/pytorch:rocm11.2_ubuntu24.04_py3.12_pytorch_release_3.4.0"),
+            "rocm/pytorch:<tag>",
+        ),
+        (lambda d: d["entries"][0].update(torch="3.5.0"), "tag carries torch"),
+        (lambda d: d["entries"][0].update(rocm="11.3"), "tag carries ROCm"),
+        (lambda d: d["entries"][0].update(python="3.10"), "tag carries python"),
+        (lambda d: d["entries"][0].update(digest="sha256:abc"), "sha256:<64 hex>"),
+        (lambda d: d["entries"][0].update(image=d["entries"][0]["image"] + "@sha256:" + "0" * 64), "digest field"),
+        (lambda d: d["entries"][0].update(checked=" "), "checked"),
+        (lambda d: d["entries"].append(copy.deepcopy(d["entries"][0])), "duplicate pair"),
+        (lambda d: d["entries"].append(_entry("3.4.1", "11.2")), "duplicate pair"),
+        (lambda d: [e.update(pr=False) for e in d["entries"]], "pr: true"),
+        (lambda d: d.update(schema=2), "schema"),
+        (lambda d: d.update(entries=[]), "non-empty"),
+        (lambda d: d.update(extra=[]), "unknown top-level"),
+    ],
+)
 def test_invalid_documents_are_rejected_with_a_named_field(mutate, message):
     doc = _doc(_entry("3.4.0", "11.2"), _entry("3.5.0", "11.2", pr=False))
     mutate(doc)
@@ -101,8 +112,9 @@ def test_patch_level_rocm_tag_is_accepted():
 
 
 def test_select_filters_and_errors_name_the_argument():
-    entries = matrix.parse(_doc(_entry("3.4.0", "11.2"), _entry("3.4.0", "11.3", pr=False),
-                                _entry("3.5.0", "11.3", pr=False)))
+    entries = matrix.parse(
+        _doc(_entry("3.4.0", "11.2"), _entry("3.4.0", "11.3", pr=False), _entry("3.5.0", "11.3", pr=False))
+    )
     assert matrix.select(entries) == entries
     assert [e.rocm for e in matrix.select(entries, torch="3.4")] == ["11.2", "11.3"]
     assert [e.rocm for e in matrix.select(entries, torch="3.4.0", rocm="rocm11.3")] == ["11.3"]

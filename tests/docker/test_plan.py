@@ -16,10 +16,26 @@ from scripts import matrix
 def _entries() -> list[matrix.Entry]:
     # Synthetic versions: the real lists live only in docker/matrix.yaml.
     def e(t, r, pr, digest=None):
-        return {"torch": t, "rocm": r, "python": "3.12", "pr": pr, "digest": digest, "checked": "test",
-                "image": f"rocm/pytorch:rocm{r}_ubuntu24.04_py3.12_pytorch_release_{t}"}
-    return matrix.parse({"schema": 1, "entries": [
-        e("3.5.0", "11.2", False), e("3.4.0", "11.2", True, "sha256:" + "ab" * 32), e("3.4.0", "11.3", False)]})
+        return {
+            "torch": t,
+            "rocm": r,
+            "python": "3.12",
+            "pr": pr,
+            "digest": digest,
+            "checked": "test",
+            "image": f"rocm/pytorch:rocm{r}_ubuntu24.04_py3.12_pytorch_release_{t}",
+        }
+
+    return matrix.parse(
+        {
+            "schema": 1,
+            "entries": [
+                e("3.5.0", "11.2", False),
+                e("3.4.0", "11.2", True, "sha256:" + "ab" * 32),
+                e("3.4.0", "11.3", False),
+            ],
+        }
+    )
 
 
 def test_plan_all_entries(tmp_path):
@@ -38,7 +54,10 @@ def test_plan_all_entries(tmp_path):
 
 
 def test_plan_filters(tmp_path):
-    assert [j.name for j in db.plan(_entries(), torch="3.4", out=tmp_path)] == ["torch3.4-rocm11.2", "torch3.4-rocm11.3"]
+    assert [j.name for j in db.plan(_entries(), torch="3.4", out=tmp_path)] == [
+        "torch3.4-rocm11.2",
+        "torch3.4-rocm11.3",
+    ]
     assert [j.name for j in db.plan(_entries(), torch="3.4", rocm="11.3", out=tmp_path)] == ["torch3.4-rocm11.3"]
     with pytest.raises(matrix.MatrixError, match="--rocm"):
         db.plan(_entries(), rocm="12.0", out=tmp_path)
@@ -110,12 +129,22 @@ def test_abi_summary_and_table():
     assert db.abi_summary({}) == "not checked"
     ok = {"checks": {"abi": {"ok": True, "manylinux": "manylinux_2_28", "files": {}}}}
     assert db.abi_summary(ok) == "ok (manylinux_2_28)"
-    bad = {"checks": {"abi": {"ok": False, "manylinux": "manylinux_2_28", "files": {
-        "a.so": {"manylinux_violations": ["GLIBC_2.32", "GLIBCXX_3.4.30"], "python_abi_violations": ["x"]}}}}}
+    bad = {
+        "checks": {
+            "abi": {
+                "ok": False,
+                "manylinux": "manylinux_2_28",
+                "files": {
+                    "a.so": {"manylinux_violations": ["GLIBC_2.32", "GLIBCXX_3.4.30"], "python_abi_violations": ["x"]}
+                },
+            }
+        }
+    }
     assert db.abi_summary(bad) == "FAIL (3 violations of manylinux_2_28/abi3)"
     job = db.Job("e1", "b", "b", None, Path("/x"), Path("/x.log"))
-    table = db.summary_table([db.Result(job, ok=True, variant="v1", abi="ok", seconds=12.3),
-                              db.Result(job, ok=False, error="boom")])
+    table = db.summary_table(
+        [db.Result(job, ok=True, variant="v1", abi="ok", seconds=12.3), db.Result(job, ok=False, error="boom")]
+    )
     lines = table.splitlines()
     assert lines[0].split() == ["entry", "variant", "abi", "result", "time"]
     assert "v1" in lines[2] and "12s" in lines[2] and "ok" in lines[2]

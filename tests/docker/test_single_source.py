@@ -32,16 +32,19 @@ def tracked_files() -> list[str]:
 
 
 def is_strict(path: str) -> bool:
-    return (path.startswith((".github/", ".ci/", "scripts/")) or path in ("Makefile", DOCKERFILE)
-            or path.endswith((".mk", ".sh")))
+    return (
+        path.startswith((".github/", ".ci/", "scripts/"))
+        or path in ("Makefile", DOCKERFILE)
+        or path.endswith((".mk", ".sh"))
+    )
 
 
 def rocm_patterns(rocm: str) -> list[re.Pattern]:
     major, minor = rocm.split(".")
     dotted = re.escape(rocm)
     return [
-        re.compile(rf"(?i)rocm[-_ ]?v?{dotted}(?![\d])"),          # rocm7.2, rocm-7.2, rocm 7.2
-        re.compile(rf"(?i)rocm{major}{minor}(?!\d)"),               # rocm72 (variant form)
+        re.compile(rf"(?i)rocm[-_ ]?v?{dotted}(?![\d])"),  # rocm7.2, rocm-7.2, rocm 7.2
+        re.compile(rf"(?i)rocm{major}{minor}(?!\d)"),  # rocm72 (variant form)
         re.compile(rf"(?i)rocm[\"']?\s*\??[:=]\s*[\"']?{dotted}(?![\d])"),  # ROCM=7.2, rocm: "7.2"
     ]
 
@@ -102,18 +105,40 @@ def test_no_tracked_file_repeats_the_matrix():
 
 
 def test_scan_catches_repeats_in_synthetic_files():
-    entries = matrix.parse({"schema": 1, "entries": [
-        {"torch": "3.4.0", "rocm": "11.2", "python": "3.12", "pr": True, "checked": "t",
-         "digest": "sha256:" + "c" * 64, "image": "rocm/pytorch:rocm11.2_ubuntu24.04_py3.12_pytorch_release_3.4.0"},
-        {"torch": "3.5.0", "rocm": "11.3", "python": "3.12", "pr": False, "checked": "t", "digest": None,
-         "image": "rocm/pytorch:rocm11.3_ubuntu24.04_py3.12_pytorch_release_3.5.0"}]})
+    entries = matrix.parse(
+        {
+            "schema": 1,
+            "entries": [
+                {
+                    "torch": "3.4.0",
+                    "rocm": "11.2",
+                    "python": "3.12",
+                    "pr": True,
+                    "checked": "t",
+                    "digest": "sha256:" + "c" * 64,
+                    "image": "rocm/pytorch:rocm11.2_ubuntu24.04_py3.12_pytorch_release_3.4.0",
+                },
+                {
+                    "torch": "3.5.0",
+                    "rocm": "11.3",
+                    "python": "3.12",
+                    "pr": False,
+                    "checked": "t",
+                    "digest": None,
+                    "image": "rocm/pytorch:rocm11.3_ubuntu24.04_py3.12_pytorch_release_3.5.0",
+                },
+            ],
+        }
+    )
     default = entries[0].image_ref
     files = {
         MATRIX: "anything goes here rocm11.2 3.4 3.5",
         DOCKERFILE: f"ARG BASE_IMAGE={default}\nFROM ${{BASE_IMAGE}}\n",
         ".github/workflows/build.yml": "matrix:\n  torch: ['3.4', '3.5']\n  rocm: [rocm11.3]\n",
         "Makefile": "ROCM ?= 11.2\nbuild:\n\tpython -m scripts.docker_build\n",
-        "scripts/x.py": "TAG = 'rocm11.2_ubuntu24.04_py3.12_pytorch_release_3.4.0'\nV='torch35-cxx11-rocm113-x86_64-linux'\n",
+        "scripts/x.py": (
+            "TAG = 'rocm11.2_ubuntu24.04_py3.12_pytorch_release_3.4.0'\nV='torch35-cxx11-rocm113-x86_64-linux'\n"
+        ),
         "docs/x.md": "Variants look like torch34-cxx11-rocm112-x86_64-linux; digest " + "c" * 64 + "\n",
         "README.md": "The matrix lists torch 3.4 and 3.5 with ROCm 11.2: see docker/matrix.yaml.\n",
         "scripts/ok.py": "entries = matrix.load()  # rocm11.20 is not 11.2; 13.4 is not 3.4\n",
