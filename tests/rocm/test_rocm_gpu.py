@@ -36,8 +36,10 @@ def rocm(kernel):
     arch = torch.cuda.get_device_properties(0).gcnArchName
     if not arch.startswith("gfx942"):
         pytest.skip(f"the rocm variant is built for gfx942 (MI300X), this GPU is {arch}")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    return kernel
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False  # a full fp32 reference
+    yield kernel
+    torch.backends.cuda.matmul.allow_tf32 = tf32
 
 
 def reference(a, b, a_scale, b_scale) -> torch.Tensor:
