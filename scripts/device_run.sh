@@ -45,6 +45,12 @@ open("build.toml", "w").write(t)
 PY
     echo "build.toml (device copy) patched:"; grep -A5 "kernel.gemm_cuda" build.toml
   fi
+  # scripts/build.py passes -fPIC straight to nvcc (nvcc wants -Xcompiler=-fPIC): until that is fixed,
+  # point CUDA_HOME at a shim whose nvcc rewrites it.
+  real=$(python3 -c "from torch.utils.cpp_extension import CUDA_HOME; print(CUDA_HOME)")
+  mkdir -p /tmp/cudahome/bin && ln -sfn "$real/include" /tmp/cudahome/include && ln -sfn "$real/lib64" /tmp/cudahome/lib64
+  printf '#!/bin/bash\na=(); for x in "$@"; do [ "$x" = -fPIC ] && x=-Xcompiler=-fPIC; a+=("$x"); done\nexec %s/bin/nvcc "${a[@]}"\n' "$real" > /tmp/cudahome/bin/nvcc
+  chmod +x /tmp/cudahome/bin/nvcc; export CUDA_HOME=/tmp/cudahome
   timeout 400 python3 -m scripts.build 2>&1 | tee "$OUT/build.log" | tail -n 12 || rc=1
   timeout 330 python3 -m benchmarks.run --shapes challenge,8192x8192x8192 --out "$OUT/h200" 2>&1 \
     | tee "$OUT/bench.log" | tail -n 50 || rc=1
