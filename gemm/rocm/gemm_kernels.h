@@ -211,16 +211,18 @@ struct Stager {
         const int grow = urow + 4 * ch;
 #pragma unroll
         for (int t = 0; t < 8; ++t) {
-          const uint8_t* base = X + ((size_t)k0 + ku * 32 + t) * (size_t)E + urow;
+          // K-row k0 + ku*32 + t (wave-uniform, SGPRs); the lane adds its own K-row offset 8g and
+          // column. Every address formed is in bounds: no wrap-around offsets.
+          const uint8_t* krow = X + ((size_t)k0 + ku * 32 + t) * (size_t)E;
           uint32_t w = 0;
           if constexpr (VEC) {
-            // E % 4 == 0: the 4-byte group is wholly in or out; 32 * E < 2^32 (plan)
-            // branch-free: a clamped (valid, E >= 4) column group, then select zero
-            const int cch = grow < E ? 4 * ch : E - 4 - urow;
-            const uint32_t t = *(const uint32_t*)(base + (uint32_t)(8 * g * E + cch));
-            w = grow < E ? t : 0u;
+            // E % 4 == 0: the 4-byte group is wholly in or out. Branch-free: load the clamped
+            // (valid, E >= 4) group, then select zero. Offset < 25 * E < 2^32 (layout_aligned).
+            const int col = grow < E ? grow : E - 4;
+            const uint32_t v = *(const uint32_t*)(krow + (uint32_t)(8 * g * E + col));
+            w = grow < E ? v : 0u;
           } else {
-            const uint8_t* src = base + ((size_t)(8 * g) * (size_t)E + 4 * ch);
+            const uint8_t* src = krow + ((size_t)(8 * g) * (size_t)E + grow);
 #pragma unroll
             for (int i = 0; i < 4; ++i)
               if (grow + i < E) w |= (uint32_t)src[i] << (8 * i);
