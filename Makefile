@@ -20,10 +20,11 @@ BENCH_ARGS ?=
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: requirements/build.txt requirements/dev.txt
+$(VENV)/.installed: requirements/build.txt requirements/dev.txt requirements/cuda-headers.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)" -r requirements/dev.txt
+	$(PY) -m pip install --quiet --no-deps -r requirements/cuda-headers.txt
 	touch $@
 
 # Debian packages for the gfx942 gate, the emulator, the container tests (needs root).

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import hashlib
+import importlib.util
 import json
 import os
 import platform
@@ -89,6 +90,17 @@ def _cuda_gencode(capability: str) -> str:
     return f"-gencode=arch=compute_{arch},code=sm_{arch}"
 
 
+def cutlass_include_dirs() -> list[Path]:
+    """CUTLASS headers from the nvidia-cutlass wheel (found without importing its generator's deps)."""
+    spec = importlib.util.find_spec("cutlass_library")
+    if spec is None or not spec.submodule_search_locations:
+        raise BuildError(
+            "the cuda backend needs the CUTLASS headers: pip install --no-deps -r requirements/cuda-headers.txt"
+        )
+    source = Path(list(spec.submodule_search_locations)[0]) / "source"
+    return [source / "include", source / "tools" / "util" / "include"]
+
+
 def make_plan(config: buildconfig.BuildConfig, backend: str, objdir: Path) -> BuildPlan:
     from torch.utils import cpp_extension
 
@@ -96,9 +108,13 @@ def make_plan(config: buildconfig.BuildConfig, backend: str, objdir: Path) -> Bu
     files = config.source_files(backend)
     ops_name = f"_{config.python_name}_{backend}_{source_hash(files, config.root)}"
     name = variant.variant_name(variant.backend_for(backend))
-    base = ["-O3", "-std=c++17", "-fPIC", *_torch_flags(ops_name, backend)]
+    base = ["-O3", *_torch_flags(ops_name, backend)]
     base += [f"-I{config.root / inc}" for inc in spec.include]
-    host_flags = [*base, "-fno-gnu-unique", "-fvisibility=hidden", *spec.cxx_flags]
+    if backend == "cuda":
+        base += [f"-I{d}" for d in cutlass_include_dirs()]
+    host_flags = [*base, "-std=c++17", "-fPIC", "-fno-gnu-unique", "-fvisibility=hidden", *spec.cxx_flags]
+    # build.toml may ask for another standard for device code (CUTLASS 4 wants C++20).
+    device_std = [] if any(f.startswith("-std=") for f in spec.device_flags) else ["-std=c++17"]
 
     sources = [f for f in files if f.suffix in COMPILED_SUFFIXES]
     torch_lib = cpp_extension.library_paths("cpu")[0]
@@ -113,6 +129,7 @@ def make_plan(config: buildconfig.BuildConfig, backend: str, objdir: Path) -> Bu
         device_cc = [str(Path(cuda_home) / "bin" / "nvcc")]
         device_flags = [
             *base,
+            *device_std,
             *(_cuda_gencode(c) for c in spec.archs),
             "--expt-relaxed-constexpr",
             "-Xcompiler=-fPIC,-fvisibility=hidden",
@@ -126,7 +143,9 @@ def make_plan(config: buildconfig.BuildConfig, backend: str, objdir: Path) -> Bu
         device_cc = [str(Path(rocm_home) / "bin" / "hipcc")]
         device_flags = [
             *base,
+            *device_std,
             *(f"--offload-arch={a}" for a in spec.archs),
+            "-fPIC",
             "-fvisibility=hidden",
             "-D__HIP_PLATFORM_AMD__=1",
             "-DUSE_ROCM=1",
