@@ -52,6 +52,15 @@ PY
   printf '#!/bin/bash\na=(); for x in "$@"; do [ "$x" = -fPIC ] && x=-Xcompiler=-fPIC; a+=("$x"); done\nexec %s/bin/nvcc "${a[@]}"\n' "$real" > /tmp/cudahome/bin/nvcc
   chmod +x /tmp/cudahome/bin/nvcc; export CUDA_HOME=/tmp/cudahome
   timeout 400 python3 -m scripts.build 2>&1 | tee "$OUT/build.log" | tail -n 12 || rc=1
+  if [ "$mode" = debug ]; then
+    timeout 60 python3 -X faulthandler tests/cuda/probe.py throw build 2>&1 | tail -n 8
+    timeout 120 cuda-gdb -batch -ex run -ex bt --args python3 tests/cuda/probe.py throw build > /tmp/gdb.log 2>&1
+    grep -E "^#[0-9]+|signal" /tmp/gdb.log | head -n 40 | cut -c1-220
+    TORCH_SHOW_CPP_STACKTRACES=0 TORCH_DISABLE_ADDR2LINE=1 timeout 60 python3 tests/cuda/probe.py throw build 2>&1 | tail -n 3
+    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernel tests/cuda/test_cuda_gpu.py \
+      --deselect tests/kernel/test_bad_input.py::test_direct_op_call_is_checked_in_cpp 2>&1 | tee "$OUT/pytest.log" | tail -n 30
+    exit 0
+  fi
   timeout 330 python3 -m benchmarks.run --shapes challenge,8192x8192x8192 --out "$OUT/h200" 2>&1 \
     | tee "$OUT/bench.log" | tail -n 50 || rc=1
   timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernel tests/cuda/test_cuda_gpu.py 2>&1 \

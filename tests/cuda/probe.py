@@ -101,8 +101,30 @@ def precision() -> int:
     return 0
 
 
+def throw(build_dir: str) -> int:
+    """A direct op call with a bad b_scale through the built variant: must raise RuntimeError."""
+    from kernels import get_local_kernel
+
+    k = get_local_kernel(pathlib.Path(build_dir))
+    a = torch.randn(256, 64, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(256, 64, device="cuda").to(torch.float8_e4m3fn)
+    sa = torch.randn(2, 64, device="cuda")
+    sb = torch.randn(2, 1, device="cuda")[:, :0].contiguous()  # wrong shape (2, 0)
+    c = torch.empty(64, 64, device="cuda", dtype=torch.bfloat16)
+    print("calling ops.gemm with a bad b_scale", flush=True)
+    try:
+        k.ops.gemm(a, b, sa, sb, c)
+    except RuntimeError as e:
+        print("raised RuntimeError as expected:", str(e).splitlines()[0], flush=True)
+        return 0
+    print("no error raised", flush=True)
+    return 1
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
+    if cmd == "throw":
+        sys.exit(throw(sys.argv[2]))
     if cmd == "one":
         sys.exit(one(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]))
     sys.exit(crash() if cmd == "crash" else precision())
