@@ -51,6 +51,9 @@ PY
   mkdir -p /tmp/cudahome/bin && ln -sfn "$real/include" /tmp/cudahome/include && ln -sfn "$real/lib64" /tmp/cudahome/lib64
   printf '#!/bin/bash\na=(); for x in "$@"; do [ "$x" = -fPIC ] && x=-Xcompiler=-fPIC; a+=("$x"); done\nexec %s/bin/nvcc "${a[@]}"\n' "$real" > /tmp/cudahome/bin/nvcc
   chmod +x /tmp/cudahome/bin/nvcc; export CUDA_HOME=/tmp/cudahome
+  # The image's CXX=/opt/gcc/bin/g++ builds extensions that segfault when a C++ exception is thrown
+  # (the process loads the system libstdc++; tests/cuda/throw_probe.py shows it): use the system g++.
+  export CXX=/usr/bin/g++
   timeout 400 python3 -m scripts.build 2>&1 | tee "$OUT/build.log" | tail -n 12 || rc=1
   if [ "$mode" = debug ]; then
     timeout 60 python3 -X faulthandler tests/cuda/probe.py throw build 2>&1 | tail -n 8
