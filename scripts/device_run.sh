@@ -11,6 +11,9 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   > /tmp/pip.log 2>&1 || { cat /tmp/pip.log; exit 1; }
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 export TORCH_CUDA_ARCH_LIST=9.0a MAX_JOBS=16 PYTHONUNBUFFERED=1
+# The image's CXX=/opt/gcc/bin/g++ builds extensions that segfault when a C++ exception is thrown
+# (the process loads the system libstdc++; tests/cuda/throw_probe.py shows it): use the system g++.
+[ -x /usr/bin/g++ ] && export CXX=/usr/bin/g++
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
 rc=0
 if [ "$mode" = jit ]; then
@@ -51,9 +54,6 @@ PY
   mkdir -p /tmp/cudahome/bin && ln -sfn "$real/include" /tmp/cudahome/include && ln -sfn "$real/lib64" /tmp/cudahome/lib64
   printf '#!/bin/bash\na=(); for x in "$@"; do [ "$x" = -fPIC ] && x=-Xcompiler=-fPIC; a+=("$x"); done\nexec %s/bin/nvcc "${a[@]}"\n' "$real" > /tmp/cudahome/bin/nvcc
   chmod +x /tmp/cudahome/bin/nvcc; export CUDA_HOME=/tmp/cudahome
-  # The image's CXX=/opt/gcc/bin/g++ builds extensions that segfault when a C++ exception is thrown
-  # (the process loads the system libstdc++; tests/cuda/throw_probe.py shows it): use the system g++.
-  export CXX=/usr/bin/g++
   timeout 400 python3 -m scripts.build 2>&1 | tee "$OUT/build.log" | tail -n 12 || rc=1
   if [ "$mode" = debug ]; then
     timeout 60 python3 -X faulthandler tests/cuda/probe.py throw build 2>&1 | tail -n 8
