@@ -39,7 +39,7 @@ else
   export NVCC_APPEND_FLAGS="$cut -DNDEBUG"
   # On this throwaway copy only: list every CUDA source in build.toml if the checked-in one does not yet.
   if ! grep -q gemm_cuda_cfg0.cu build.toml; then
-    srcs=$(cd gemm/cuda && ls *.cu *.cuh *.h | sed 's|^|"gemm/cuda/|; s|$|"|' | paste -sd, -)
+    srcs=$(find gemm/cuda -maxdepth 1 \( -name '*.cu' -o -name '*.cuh' -o -name '*.h' \) | sort | sed 's|^|"|; s|$|"|' | paste -sd, -)
     python3 - "$srcs" <<'PY'
 import re, sys
 t = open("build.toml").read()
@@ -52,6 +52,7 @@ PY
   # point CUDA_HOME at a shim whose nvcc rewrites it.
   real=$(python3 -c "from torch.utils.cpp_extension import CUDA_HOME; print(CUDA_HOME)")
   mkdir -p /tmp/cudahome/bin && ln -sfn "$real/include" /tmp/cudahome/include && ln -sfn "$real/lib64" /tmp/cudahome/lib64
+  # shellcheck disable=SC2016  # the shim's own "$@" / "${a[@]}" must stay literal
   printf '#!/bin/bash\na=(); for x in "$@"; do [ "$x" = -fPIC ] && x=-Xcompiler=-fPIC; a+=("$x"); done\nexec %s/bin/nvcc "${a[@]}"\n' "$real" > /tmp/cudahome/bin/nvcc
   chmod +x /tmp/cudahome/bin/nvcc; export CUDA_HOME=/tmp/cudahome
   timeout 400 python3 -m scripts.build 2>&1 | tee "$OUT/build.log" | tail -n 12 || rc=1
