@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 import tarfile
 from pathlib import Path
 
@@ -156,3 +157,127 @@ def test_missing_engine_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     with pytest.raises(db.DockerBuildError, match="no Docker engine reachable at unix:///nonexistent"):
         db.Engine(timeout=5)
+
+
+class _Image:
+    def __init__(self, image_id: str, repo_digests: list[str]):
+        self.id = image_id
+        self.attrs = {"RepoDigests": repo_digests}
+
+
+class FakeEngine:
+    """Stands in for the Docker engine: the container 'writes' a variant as the build stage would."""
+
+    def __init__(self, variant: str, code: int = 0, abi_ok: bool = True, repo_digests=None):
+        self.variant, self.code, self.abi_ok = variant, code, abi_ok
+        self.repo_digests = repo_digests if repo_digests is not None else []
+        self.calls: list[tuple] = []
+
+    def base(self, ref, name, t0):
+        self.calls.append(("base", ref))
+        return _Image("sha256:" + "1" * 64, self.repo_digests)
+
+    def builder(self, base_ref, base_id, files, name, t0):
+        self.calls.append(("builder", base_ref, base_id))
+        return db.builder_tag(files, base_id)
+
+    def run_build(self, job, tag, image_digest, ccache_dir, t0):
+        self.calls.append(("run", job.image_ref, image_digest, tag))
+        assert ccache_dir.is_dir() and job.stage_dir.is_dir() and not any(job.stage_dir.iterdir())
+        variant = self.variant or job.expected_variant
+        v = job.stage_dir / variant
+        v.mkdir()
+        (v / "x.so").write_bytes(b"\0")
+        meta = {
+            "build": {"image": {"ref": job.image_ref, "digest": image_digest}},
+            "checks": {
+                "abi": {
+                    "ok": self.abi_ok,
+                    "manylinux": "manylinux_2_28",
+                    "files": {
+                        "x.so": {"manylinux_violations": [] if self.abi_ok else ["a"], "python_abi_violations": []}
+                    },
+                }
+            },
+        }
+        (v / "metadata.json").write_text(json.dumps(meta))
+        return self.code, f"/out/{variant}"
+
+
+FILES = {"docker/Dockerfile": b"FROM x\n", "requirements/build.txt": b"", "docker/requirements.txt": b""}
+
+
+def test_run_job_collects_the_variant_and_records_the_digest(tmp_path):
+    (job,) = [j for j in db.plan(_entries(), out=tmp_path) if j.name == "torch3.4-rocm11.2"]
+    (tmp_path / job.expected_variant).mkdir()
+    (tmp_path / job.expected_variant / "stale").write_text("old build")
+    pulled = "rocm/pytorch@sha256:" + "ab" * 32
+    eng = FakeEngine(job.expected_variant, repo_digests=[pulled])
+    res = db.run_job(eng, job, FILES, tmp_path, tmp_path / "cc")
+    assert res.ok, res.error
+    assert res.variant == job.expected_variant and res.abi == "ok (manylinux_2_28)"
+    final = tmp_path / job.expected_variant
+    assert not (final / "stale").exists() and (final / "x.so").is_file()  # replaced, not merged
+    meta = json.loads((final / "metadata.json").read_text())
+    assert meta["build"]["image"] == {"ref": job.image_ref, "digest": "sha256:" + "ab" * 32}
+    assert not job.stage_dir.exists()
+    assert [c[0] for c in eng.calls] == ["base", "builder", "run"]
+
+
+def test_run_job_local_image_digest_is_its_id(tmp_path):
+    (job,) = db.plan(_entries(), base_image="local/standin:1", out=tmp_path)
+    eng = FakeEngine("torch34-cxx11-cpu-x86_64-linux", abi_ok=False)
+    res = db.run_job(eng, job, FILES, tmp_path, tmp_path / "cc")
+    assert res.ok and res.abi_ok is False and res.abi.startswith("FAIL (1 ")
+    meta = json.loads((tmp_path / res.variant / "metadata.json").read_text())
+    assert meta["build"]["image"] == {"ref": "local/standin:1", "digest": "sha256:" + "1" * 64}
+
+
+def test_run_job_failures_are_named(tmp_path):
+    (job,) = [j for j in db.plan(_entries(), out=tmp_path) if j.name == "torch3.5-rocm11.2"]
+    res = db.run_job(FakeEngine("torch35-cxx11-rocm999-x86_64-linux"), job, FILES, tmp_path, tmp_path / "cc")
+    assert not res.ok and "matrix entry expects torch35-cxx11-rocm112-x86_64-linux" in res.error
+    assert not (tmp_path / "torch35-cxx11-rocm999-x86_64-linux").exists()
+    res = db.run_job(FakeEngine(job.expected_variant, code=3), job, FILES, tmp_path, tmp_path / "cc")
+    assert not res.ok and "exited 3" in res.error and str(job.log_path) in res.error
+
+
+def test_main_runs_entries_in_parallel_and_fails_on_any(tmp_path, monkeypatch, capsys):
+    import threading
+
+    active, peak, lock = [0], [0], threading.Lock()
+
+    class SlowEngine(FakeEngine):
+        def run_build(self, job, *a):
+            with lock:
+                active[0] += 1
+                peak[0] = max(peak[0], active[0])
+            import time
+
+            time.sleep(0.3)
+            with lock:
+                active[0] -= 1
+            return super().run_build(job, *a)
+
+    monkeypatch.setattr(db.matrix, "load", _entries)
+    monkeypatch.setattr(db, "Engine", lambda: SlowEngine(""))
+    monkeypatch.setattr(db, "context_files", lambda: FILES)
+    out = tmp_path / "build"
+    summary = tmp_path / "s.json"
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        ["x", "--jobs", "3", "--out", str(out), "--ccache-dir", str(tmp_path / "cc"), "--summary-json", str(summary)],
+    )
+    assert db.main() == 0
+    assert peak[0] >= 2
+    rows = json.loads(summary.read_text())
+    assert [r["entry"] for r in rows] == ["torch3.5-rocm11.2", "torch3.4-rocm11.2", "torch3.4-rocm11.3"]
+    assert all(r["ok"] for r in rows)
+    assert "torch34-cxx11-rocm113-x86_64-linux" in capsys.readouterr().err  # the summary table
+    monkeypatch.setattr(db, "Engine", lambda: FakeEngine("", code=4))
+    with pytest.raises(db.DockerBuildError, match="torch3.4-rocm11.3.*exited 4"):
+        db.main()
+    monkeypatch.setattr(sys, "argv", ["x", "--jobs", "0"])
+    with pytest.raises(db.DockerBuildError, match="--jobs"):
+        db.main()
