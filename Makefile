@@ -44,11 +44,7 @@ lint: venv
 gate: venv
 	$(PY) -m scripts.gfx942_gate
 
-docker-# Debian packages for the gfx942 gate, the emulator, the container tests (needs root).
-system-deps:
-	bash .ci/system-deps
-
-build: venv
+docker-build: venv
 	$(PY) -m scripts.docker_build --torch "$(TORCH)" --rocm "$(ROCM)" --base-image "$(BASE_IMAGE)"
 
 publish: venv
