@@ -4,7 +4,7 @@ On the runner host (docker SDK; the job ran ``python -m scripts.preflight`` firs
 
     python -m scripts.gpu_test run --artifact DIR --image REF --out DIR [--no-bench]
 
-1. ``DIR`` must be one variant directory (``torch213-cxx11-rocm100-x86_64-linux``) whose files
+1. ``DIR`` must be one variant directory (``torch<MA><MI>-cxx11-rocm<MA><MI>-x86_64-linux``) whose files
    match the digest in its ``metadata.json``; it is copied alone into ``OUT/kernel/build/<variant>``
    (never the build tree).
 2. A fresh container of ``REF`` (the rocm/pytorch image the variant was built in, pinned

@@ -16,8 +16,9 @@ import requests
 
 from scripts import gpu_test
 
-VARIANT = "torch213-cxx11-rocm100-x86_64-linux"
-IMAGE = "rocm/pytorch:rocm10.0_ubuntu24.04_py3.12_pytorch_release_2.13.0@sha256:" + "ab" * 32
+# Fictional versions: the real pairs live only in docker/matrix.yaml.
+VARIANT = "torch299-cxx11-rocm98-x86_64-linux"
+IMAGE = "rocm/pytorch:rocm9.8_ubuntu24.04_py3.12_pytorch_release_2.99.0@sha256:" + "ab" * 32
 
 
 def fake_artifact(root: Path, name: str = VARIANT) -> Path:
