@@ -32,31 +32,8 @@ if str(ROOT) not in sys.path:
 FP8 = torch.float8_e4m3fn
 BLOCK = 128
 
-TEST_SHAPES = [  # (m, n, k): the challenge's tests
-    (64, 64, 128),
-    (64, 1536, 7168),
-    (64, 3072, 1536),
-    (64, 576, 7168),
-    (96, 7168, 256),
-    (96, 7168, 2048),
-    (96, 4608, 7168),
-    (128, 7168, 2304),
-    (128, 512, 7168),
-    (512, 4096, 512),
-    (512, 1536, 7168),
-]
-NK = [
-    (1536, 7168),
-    (3072, 1536),
-    (576, 7168),
-    (7168, 256),
-    (7168, 2048),
-    (4608, 7168),
-    (7168, 2304),
-    (512, 7168),
-    (4096, 512),
-]
-BENCH_SHAPES = [(m, n, k) for m in (1024, 6144) for (n, k) in NK]
+from benchmarks.problem import BENCH_SHAPES, TEST_SHAPES  # noqa: E402  (the contract's shape lists)
+
 EXTRA_SHAPES = [
     (1, 1, 128),
     (1, 7168, 512),
@@ -173,7 +150,7 @@ def correctness(mod, log, extra: bool = True) -> dict:
     gen.manual_seed(1234)
     results = []
     ncfg = mod.num_configs()
-    shapes = TEST_SHAPES + BENCH_SHAPES + (EXTRA_SHAPES if extra else [])
+    shapes = [*TEST_SHAPES, *BENCH_SHAPES, *(EXTRA_SHAPES if extra else [])]
     rng = torch.Generator().manual_seed(99)
     for _ in range(8):  # random shapes
         m = int(torch.randint(1, 700, (1,), generator=rng))
@@ -405,7 +382,7 @@ def timing(mod, log, nsets: int = 4, shapes=None, sweep: bool = True) -> list[di
     gen = torch.Generator(device="cuda")
     gen.manual_seed(4321)
     rows = []
-    shapes = shapes or (BENCH_SHAPES + [(8192, 8192, 8192)])
+    shapes = shapes or [*BENCH_SHAPES, (8192, 8192, 8192)]
     for m, n, k in shapes:
         rows.append(time_shape(mod, log, m, n, k, nsets, gen, sweep))
         torch.cuda.empty_cache()
