@@ -10,8 +10,10 @@ kernel of each code object is checked:
 - no VGPR or SGPR spills,
 - LDS (group segment) within 64 KiB.
 
-A table per kernel is printed (VGPR, AGPR, SGPR, LDS, waves/SIMD, MFMA count). Exit status 0 when
-every kernel passes, 1 on a violation, 2 when the toolchain or a source is missing / does not compile.
+A table per kernel is printed (VGPR, AGPR, SGPR, LDS, waves/SIMD, MFMA count, and the load-to-use
+metric "ld wait0": global loads whose ``s_waitcnt vmcnt`` comes with no MFMA issued since the load,
+out of all global loads; see ``load_use``). Exit status 0 when every kernel passes, 1 on a violation,
+2 when the toolchain or a source is missing / does not compile.
 
     python -m scripts.gfx942_gate [--src FILE ...] [--out DIR] [--json FILE]
 """
@@ -23,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,6 +49,9 @@ SIMDS_PER_CU = 4
 MFMA_FP8 = re.compile(r"\bv_mfma_\w*fp8\w*")
 MFMA_ANY = re.compile(r"\bv_mfma_\w+")
 SYMBOL = re.compile(r"^[0-9a-f]+ <([^>]+)>:\s*$")
+VMEM_LOAD = re.compile(r"\b(global_load|flat_load|buffer_load)\w*")
+VMEM_STORE = re.compile(r"\b(global_store|flat_store|buffer_store|global_atomic|flat_atomic|buffer_atomic)\w*")
+VMCNT = re.compile(r"\bs_waitcnt\b.*\bvmcnt\((\d+)\)")
 
 
 class GateError(Exception):
@@ -70,6 +76,9 @@ class KernelReport:
     mfma_fp8: int
     waves_per_simd: int
     violations: list[str] = field(default_factory=list)
+    loads: int = 0  # global (vector memory) load instructions
+    loads_wait0: int = 0  # ... whose vmcnt wait has no MFMA between the load and the wait
+    load_mfma_median: float = 0.0  # median MFMAs issued between a load and its wait
 
     @property
     def is_gemm(self) -> bool:
@@ -139,24 +148,56 @@ def short_name(name: str) -> str:
     return re.sub(r"\(.*\)$", "", name).replace("gemm_rocm::", "")
 
 
-def mfma_counts(obj: Path) -> dict[str, tuple[int, int]]:
-    """symbol -> (all MFMA instructions, fp8 MFMA instructions) from the disassembly."""
+def disassemble(obj: Path) -> dict[str, list[str]]:
+    """symbol -> its instruction lines, in program order."""
     proc = subprocess.run([tool("llvm-objdump-19"), "-d", str(obj)], capture_output=True, text=True)
     if proc.returncode != 0:
         raise GateError(f"llvm-objdump-19 -d {obj} failed: {proc.stderr}")
-    counts: dict[str, list[int]] = {}
+    code: dict[str, list[str]] = {}
     current = None
     for line in proc.stdout.splitlines():
         m = SYMBOL.match(line)
         if m:
             current = m.group(1)
-            counts.setdefault(current, [0, 0])
-            continue
-        if current and MFMA_ANY.search(line):
-            counts[current][0] += 1
-            if MFMA_FP8.search(line):
-                counts[current][1] += 1
-    return {k: (v[0], v[1]) for k, v in counts.items()}
+            code.setdefault(current, [])
+        elif current and line.strip():
+            code[current].append(line)
+    return code
+
+
+def mfma_counts(code: list[str]) -> tuple[int, int]:
+    """(all MFMA instructions, fp8 MFMA instructions) of one kernel."""
+    total = sum(1 for line in code if MFMA_ANY.search(line))
+    return total, sum(1 for line in code if MFMA_FP8.search(line))
+
+
+def load_use(code: list[str]) -> list[int]:
+    """Load-to-use distance of every global load of one kernel, in MFMAs: how many MFMA instructions
+    issue between the load and the ``s_waitcnt vmcnt(n)`` that retires it. gfx942 counts vector
+    memory loads and stores in one in-order counter, so ``vmcnt(n)`` retires all but the newest n.
+    Program order (a loop's back edge is not followed): a load at the end of a loop body waited at
+    the top of the next iteration counts against the next wait that follows it in the text. Loads
+    never waited for (end of kernel) are left out. A distance of 0 means the wave stalls on the load
+    with no matrix work in the shadow of its latency."""
+    pending: list[tuple[bool, int]] = []  # (is a load, MFMAs issued before it), oldest first
+    mfmas = 0
+    dist: list[int] = []
+    for line in code:
+        if MFMA_ANY.search(line):
+            mfmas += 1
+        elif VMEM_LOAD.search(line):
+            pending.append((True, mfmas))
+        elif VMEM_STORE.search(line):
+            pending.append((False, mfmas))
+        else:
+            w = VMCNT.search(line)
+            if w:
+                keep = int(w.group(1))
+                while len(pending) > keep:
+                    is_load, at = pending.pop(0)
+                    if is_load:
+                        dist.append(mfmas - at)
+    return dist
 
 
 def kernel_metadata(obj: Path) -> list[dict]:
@@ -188,13 +229,14 @@ def waves_per_simd(vgpr_total: int, lds: int, max_threads: int) -> int:
 
 
 def inspect_object(obj: Path, tu: str) -> list[KernelReport]:
-    counts = mfma_counts(obj)
+    code = disassemble(obj)
     metas = kernel_metadata(obj)
     names = demangle([m[".name"] for m in metas])
     reports = []
     for md in metas:
         sym = md[".name"]
-        total, fp8 = counts.get(sym, (0, 0))
+        total, fp8 = mfma_counts(code.get(sym, []))
+        dist = load_use(code.get(sym, []))
         vgpr_count = int(md.get(".vgpr_count", 0))  # unified count (arch VGPRs + AGPRs)
         agpr = int(md.get(".agpr_count", 0))
         lds = int(md.get(".group_segment_fixed_size", 0))
@@ -215,6 +257,9 @@ def inspect_object(obj: Path, tu: str) -> list[KernelReport]:
             mfma=total,
             mfma_fp8=fp8,
             waves_per_simd=waves_per_simd(vgpr_count, lds, threads),
+            loads=len(dist),
+            loads_wait0=sum(1 for d in dist if d == 0),
+            load_mfma_median=float(statistics.median(dist)) if dist else 0.0,
         )
         if rep.is_gemm and rep.mfma_fp8 == 0:
             rep.violations.append("GEMM kernel without v_mfma_*fp8* instructions")
@@ -253,13 +298,15 @@ def run_gate(sources: list[Path], out_dir: Path) -> list[KernelReport]:
 
 
 def format_table(reports: list[KernelReport]) -> str:
-    head = ["kernel", "VGPR", "AGPR", "SGPR", "LDS B", "scratch", "spill v/s", "waves/SIMD", "MFMA", "status"]
+    head = ["kernel", "VGPR", "AGPR", "SGPR", "LDS B", "scratch", "spill v/s", "waves/SIMD", "MFMA", "ld wait0",
+            "ld-use MFMA", "status"]  # fmt: skip
     rows = [head]
     for r in reports:
         status = "ok" if not r.violations else "FAIL: " + "; ".join(r.violations)
         rows.append([
             r.name, str(r.vgpr), str(r.agpr), str(r.sgpr), str(r.lds), str(r.scratch),
-            f"{r.vgpr_spill}/{r.sgpr_spill}", str(r.waves_per_simd), f"{r.mfma_fp8}/{r.mfma}", status,
+            f"{r.vgpr_spill}/{r.sgpr_spill}", str(r.waves_per_simd), f"{r.mfma_fp8}/{r.mfma}",
+            f"{r.loads_wait0}/{r.loads}", f"{r.load_mfma_median:g}", status,
         ])  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(len(head) - 1)]
     lines = []
@@ -289,6 +336,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"gfx942 gate: {len(sources)} translation unit(s), {len(reports)} kernel(s), arch {ARCH}")
     print(format_table(reports))
+    print(
+        "ld wait0: global loads waited for with no MFMA since the load / all global loads; "
+        "ld-use MFMA: median MFMAs between a load and its wait (program order)"
+    )
     if args.json:
         args.json.write_text(json.dumps([asdict(r) | {"is_gemm": r.is_gemm} for r in reports], indent=2))
     bad = [r for r in reports if r.violations]

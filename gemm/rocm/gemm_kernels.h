@@ -23,6 +23,14 @@
 #include "gemm_plan.h"
 #include "hip_compat.h"
 
+// Device code for gfx942 only: the fp8 MFMA builtins read e4m3fnuz there; gfx950 has the same
+// builtins reading OCP e4m3fn (silently wrong numbers), other archs lack them. The host pass and
+// the CPU emulator (GEMM_HIP_EMULATOR) do not define __HIP_DEVICE_COMPILE__ (the host pass does
+// define __AMDGCN__, so that one is no test).
+#if defined(__HIP_DEVICE_COMPILE__) && !defined(__gfx942__)
+#error "gemm/rocm: device code is for gfx942 (MI300X) only; compile with --offload-arch=gfx942"
+#endif
+
 namespace gemm_rocm {
 
 typedef float floatx4 __attribute__((ext_vector_type(4)));
@@ -417,26 +425,28 @@ __global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(A
     }
   }
 
-  // Epilogue: bf16 straight to C, or fp32 partials to this split's slice of the workspace.
-  const long long MN = (long long)M_ * N_;
-  float* wsz = p.ws ? p.ws + (size_t)blockIdx.y * (size_t)MN : nullptr;
+  // Epilogue: bf16 straight to C, or fp32 partials to this split's slice of the workspace. Two
+  // separate paths (not one pointer selected against nullptr) so that both stay global stores.
+  auto store_tile = [&](auto&& put) {
 #pragma unroll
-  for (int i = 0; i < Cfg::FM; ++i) {
+    for (int i = 0; i < Cfg::FM; ++i) {
 #pragma unroll
-    for (int j = 0; j < Cfg::FN; ++j) {
-      const int col = n0 + wn0 + j * MT + (lane % MT);
+      for (int j = 0; j < Cfg::FN; ++j) {
+        const int col = n0 + wn0 + j * MT + (lane % MT);
 #pragma unroll
-      for (int e = 0; e < Cfg::NACC; ++e) {
-        const int row = m0 + wm0 + i * MT + 8 * (e / 4) + 4 * (lane / MT) + (e % 4);
-        if (row < M_ && col < N_) {
-          const size_t off = (size_t)row * N_ + col;
-          if (wsz)
-            wsz[off] = acc[i][j][e];
-          else
-            p.c[off] = f32_to_bf16(acc[i][j][e]);
+        for (int e = 0; e < Cfg::NACC; ++e) {
+          const int row = m0 + wm0 + i * MT + 8 * (e / 4) + 4 * (lane / MT) + (e % 4);
+          if (row < M_ && col < N_) put((size_t)row * N_ + col, acc[i][j][e]);
         }
       }
     }
+  };
+  if (p.ws) {
+    float* const wsz = p.ws + (size_t)blockIdx.y * ((size_t)M_ * (size_t)N_);
+    store_tile([&](size_t off, float v) { wsz[off] = v; });
+  } else {
+    uint16_t* const c = p.c;
+    store_tile([&](size_t off, float v) { c[off] = f32_to_bf16(v); });
   }
 }
 

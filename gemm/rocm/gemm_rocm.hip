@@ -15,15 +15,37 @@
 #include <torch/all.h>
 
 #include <c10/core/DeviceGuard.h>
-#if __has_include(<c10/hip/HIPStream.h>)
-#include <c10/hip/HIPStream.h>
-#define GEMM_ROCM_CURRENT_STREAM() c10::hip::getCurrentHIPStream().stream()
-#else  // a hipified CUDA-named torch
-#include <ATen/cuda/CUDAContext.h>
-#define GEMM_ROCM_CURRENT_STREAM() at::cuda::getCurrentCUDAStream().stream()
-#endif
+#include <c10/hip/HIPStream.h>  // ROCm torch wheels ship it (hipified c10/cuda)
+
+#include <mutex>
+#include <string>
+#include <unordered_map>
 
 namespace {
+
+// The code object holds gfx942 machine code only: on another arch the HIP runtime may refuse the
+// launch or, worse (gfx950: OCP e4m3fn instead of e4m3fnuz), compute silently wrong numbers.
+// Checked once per device (hipDeviceProp_t::gcnArchName, e.g. "gfx942:sramecc+:xnack-").
+void check_device_arch(int device) {
+  static std::mutex mu;
+  static std::unordered_map<int, std::string> arch_of;  // device -> gcnArchName
+  std::string arch;
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    auto it = arch_of.find(device);
+    if (it == arch_of.end()) {
+      hipDeviceProp_t prop;
+      const hipError_t err = hipGetDeviceProperties(&prop, device);
+      TORCH_CHECK(err == hipSuccess, "gemm (rocm): hipGetDeviceProperties(", device,
+                  ") failed: ", hipGetErrorString(err));
+      it = arch_of.emplace(device, std::string(prop.gcnArchName)).first;
+    }
+    arch = it->second;
+  }
+  TORCH_CHECK(arch.rfind("gfx942", 0) == 0,
+              "gemm (rocm): this kernel is built for gfx942 (MI300X) only, but device ", device,
+              " is ", arch.empty() ? std::string("(unknown arch)") : arch);
+}
 
 struct StreamLaunch {
   hipStream_t stream;
@@ -52,6 +74,7 @@ void run(int layout, torch::Tensor& out, const torch::Tensor& a, const torch::Te
   if (out.numel() == 0) return;
 
   const c10::DeviceGuard guard(out.device());
+  check_device_arch(out.get_device());
   gemm_rocm::Problem pr;
   pr.layout = layout;
   pr.a = a.data_ptr();
@@ -73,7 +96,7 @@ void run(int layout, torch::Tensor& out, const torch::Tensor& a, const torch::Te
                              out.options().dtype(at::kFloat));
     ws = workspace.data_ptr<float>();
   }
-  gemm_rocm::run_gemm(pr, plan, ws, StreamLaunch{GEMM_ROCM_CURRENT_STREAM()});
+  gemm_rocm::run_gemm(pr, plan, ws, StreamLaunch{c10::hip::getCurrentHIPStream().stream()});
 }
 
 }  // namespace

@@ -169,3 +169,51 @@ def test_host_plan_invariants(tmp_path):
 )
 def test_occupancy_model(vgprs, lds, threads, waves):
     assert gate.waves_per_simd(vgprs, lds, threads) == waves
+
+
+def test_load_use_metric_counts_mfmas_between_load_and_wait():
+    """The load-to-use metric on hand-written gfx942 assembly: vmcnt(n) retires all but the newest n
+    vector memory operations (loads and stores share the counter, in order)."""
+    code = [
+        "  global_load_dword v1, v0, s[0:1]",  # load 0
+        "  global_load_dwordx4 v[2:5], v0, s[0:1]",  # load 1
+        "  v_mfma_f32_16x16x32_fp8_fp8 v[8:11], v[6:7], v[6:7], v[8:11]",
+        "  s_waitcnt vmcnt(1)",  # retires load 0 after 1 MFMA
+        "  global_store_dword v0, v1, s[0:1]",  # a store in the same counter
+        "  v_mfma_f32_16x16x32_fp8_fp8 v[8:11], v[6:7], v[6:7], v[8:11]",
+        "  global_load_dword v12, v0, s[0:1]",  # load 2
+        "  s_waitcnt vmcnt(0) lgkmcnt(0)",  # retires load 1 (2 MFMAs), the store, load 2 (0 MFMAs)
+        "  global_load_dword v13, v0, s[0:1]",  # never waited for: left out
+        "  s_endpgm",
+    ]
+    assert gate.load_use(code) == [1, 2, 0]
+    assert gate.mfma_counts(code) == (2, 2)
+    assert gate.load_use(["  s_waitcnt vmcnt(0)"]) == []
+
+
+def test_gate_reports_load_use_per_kernel(gate_run):
+    _, reports = gate_run
+    for r in reports:
+        if r.is_gemm:
+            # every GEMM kernel stages its tiles through global loads, each eventually waited for
+            assert r.loads > 0 and 0 <= r.loads_wait0 <= r.loads, r
+    table = gate.format_table(reports)
+    assert "ld wait0" in table.splitlines()[0]
+    first = next(r for r in reports if r.is_gemm)
+    row = next(line for line in table.splitlines() if line.startswith(first.name))
+    assert f"{first.loads_wait0}/{first.loads}" in row
+
+
+def test_device_code_refuses_other_archs(tmp_path):
+    """gemm_kernels.h stops a device compilation for any arch but gfx942 (the fp8 MFMA builtins read
+    e4m3fnuz only there) with a clear #error, while the gfx942 device pass still compiles."""
+    _toolchain_or_skip()
+    base = [gate.tool("clang++-19"), "-x", "hip", "--cuda-device-only", "--no-gpu-bundle-output", "-std=c++17",
+            "-O0", "-DROCM_KERNEL", *gate.GATE_DEFINES, f"--hip-device-lib-path={gate.device_lib_path()}",
+            "--hip-device-lib=hip.bc", "--hip-device-lib=ockl.bc", f"-I{gate.ROCM_DIR}", "-fsyntax-only",
+            str(gate.ROCM_DIR / "gemm_rocm.hip")]  # fmt: skip
+    other = subprocess.run([*base, "--offload-arch=gfx90a"], capture_output=True, text=True)
+    assert other.returncode != 0
+    assert "gfx942 (MI300X) only" in other.stderr, other.stderr
+    ok = subprocess.run([*base, "--offload-arch=gfx942"], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
