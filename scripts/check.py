@@ -7,7 +7,10 @@
 - kernel-abi-check: the .so against manylinux_2_28 and abi3 3.9 (the Hub's rules); the verdict is
   recorded, and fails the check only with --strict (a Debian or Ubuntu build cannot meet it);
 - a fresh interpreter loads the variant through `kernels` and runs one call against the reference
-  (on the variant's device, when this machine has one).
+  (on the variant's device, when this machine has one);
+- rocm: the gfx942 code objects inside the shipped .so, held to the gfx942 gate's rules (fp8 MFMA in
+  every GEMM kernel, no scratch, no spills, LDS within 64 KiB): the gate inspects clang-19's build, this
+  inspects what the release compiler (ROCm's hipcc) actually produced.
 Results go to metadata.json under "checks" (metadata.json is outside the digest).
 """
 
@@ -15,8 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import kernel_abi_check
@@ -120,6 +126,79 @@ def smoke_verdict(build_dir: Path, backend: str) -> dict:
     return result
 
 
+def _llvm_tool(*names: str) -> str:
+    """An LLVM tool from PATH or ROCm's own LLVM (rocm/pytorch images keep it in $ROCM_PATH/llvm/bin)."""
+    rocm_llvm = Path(os.environ.get("ROCM_PATH", "/opt/rocm")) / "llvm" / "bin"
+    for name in names:
+        found = shutil.which(name) or shutil.which(name, path=str(rocm_llvm))
+        if found:
+            return found
+    raise CheckError(f"none of {', '.join(names)} found (needed to read the .so's GPU code objects)")
+
+
+def gpu_code_objects(so: Path, workdir: Path) -> dict[str, Path]:
+    """The device code objects bundled in a HIP shared library, by offload target."""
+    fatbin = workdir / f"{so.name}.hip_fatbin"
+    objcopy = _llvm_tool("llvm-objcopy", "llvm-objcopy-19", "objcopy")
+    proc = subprocess.run([objcopy, f"--dump-section=.hip_fatbin={fatbin}", str(so), str(workdir / "x.so")])
+    if proc.returncode != 0 or not fatbin.is_file():
+        raise CheckError(f"{so.name} has no .hip_fatbin section: no GPU code to check")
+    bundler = _llvm_tool("clang-offload-bundler", "clang-offload-bundler-19")
+    listing = subprocess.run(
+        [bundler, "--list", "--type=o", f"--input={fatbin}"], capture_output=True, text=True, check=False
+    )
+    if listing.returncode != 0:
+        raise CheckError(f"clang-offload-bundler cannot read {so.name}'s GPU bundle: {listing.stderr.strip()}")
+    objects = {}
+    for target in listing.stdout.split():
+        if not target.startswith("hip"):
+            continue  # the host entry
+        out = workdir / f"{so.name}.{target.rsplit('-', 1)[-1]}.co"
+        subprocess.run(
+            [bundler, "--unbundle", "--type=o", f"--input={fatbin}", f"--targets={target}", f"--output={out}"],
+            check=True,
+        )
+        objects[target] = out
+    return objects
+
+
+def machine_code_verdict(variant_dir: Path) -> dict:
+    """ROCm variants: every GPU code object of the .so against the gfx942 gate's rules."""
+    from . import gfx942_gate
+
+    verdict: dict = {"kernels": [], "violations": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for so in sorted(variant_dir.glob("*.so")):
+            objects = gpu_code_objects(so, Path(tmp))
+            if not objects:
+                verdict["violations"].append(f"{so.name}: no GPU code object in its bundle")
+            for target, obj in objects.items():
+                try:
+                    reports = gfx942_gate.inspect_object(obj, f"{so.name}:{target}")
+                except gfx942_gate.GateError as err:
+                    raise CheckError(str(err)) from None
+                if not any(r.is_gemm for r in reports):
+                    verdict["violations"].append(f"{so.name} ({target}): no GEMM kernel")
+                for r in reports:
+                    verdict["kernels"].append(
+                        {
+                            "target": target,
+                            "kernel": r.name,
+                            "vgpr": r.vgpr,
+                            "agpr": r.agpr,
+                            "sgpr": r.sgpr,
+                            "lds": r.lds,
+                            "scratch": r.scratch,
+                            "spills": r.vgpr_spill + r.sgpr_spill,
+                            "mfma_fp8": r.mfma_fp8,
+                            "waves_per_simd": r.waves_per_simd,
+                        }
+                    )
+                    verdict["violations"] += [f"{r.name} ({target}): {v}" for v in r.violations]
+    verdict["ok"] = not verdict["violations"]
+    return verdict
+
+
 def check_variant(variant_dir: Path, *, build_dir: Path | None = None, strict: bool = False) -> dict:
     """Run every check, record the verdicts in metadata.json, raise CheckError on a failure."""
     variant_dir = variant_dir.resolve()
@@ -136,11 +215,18 @@ def check_variant(variant_dir: Path, *, build_dir: Path | None = None, strict: b
         with step(f"ABI ({MANYLINUX}, abi3 {PYTHON_ABI})"):
             checks["abi"] = abi_verdict(variant_dir)
             _report_abi(checks["abi"])
+        if backend == "rocm":
+            with step("GPU machine code of the shipped .so (gfx942 gate rules)"):
+                checks["machine_code"] = machine_code_verdict(variant_dir)
+                for violation in checks["machine_code"]["violations"]:
+                    log(f"    machine code: {violation}")
         with step("load through kernels in a fresh interpreter, one call"):
             checks["smoke"] = smoke_verdict(build_dir, backend)
     finally:
         meta["checks"] = {**meta.get("checks", {}), **checks}
         (variant_dir / "metadata.json").write_text(json.dumps(meta, indent=2) + "\n")
+    if not checks.get("machine_code", {"ok": True})["ok"]:
+        raise CheckError(f"{variant_dir.name}: its GPU machine code breaks the gfx942 gate's rules (see above)")
     if strict and not checks["abi"]["ok"]:
         raise CheckError(f"{variant_dir.name} violates {MANYLINUX} / abi3 {PYTHON_ABI} (see metadata.json)")
     return checks
