@@ -36,6 +36,7 @@ namespace gemm_rocm {
 typedef float floatx4 __attribute__((ext_vector_type(4)));
 typedef float floatx16 __attribute__((ext_vector_type(16)));
 typedef uint32_t u32x4 __attribute__((ext_vector_type(4)));
+typedef uint32_t u32x4_a8 __attribute__((ext_vector_type(4), aligned(8)));  // 72-B LDS rows
 
 constexpr int kStageK = 64;                  // K per LDS stage (two per scale block)
 constexpr int kLdsPad = 8;
@@ -76,7 +77,7 @@ struct TileCfg {
   static constexpr int KI = 512 / MT;       // K per MFMA: 32 (16x16x32) or 16 (32x32x16)
   static constexpr int NACC = MT * MT / 64; // fp32 results per lane per fragment
   static constexpr int LDS_STAGE_BYTES = (BM + BN) * kLdsStride;  // one buffer: A rows, then B rows
-  static constexpr int LDS_BYTES = 2 * LDS_STAGE_BYTES + 2 * BM * 4;  // + a_scale, double buffered
+  static constexpr int LDS_BYTES = 2 * LDS_STAGE_BYTES + 2 * THREADS * 4;  // + a_scale x 2 (all threads)
   static constexpr int NAT_CHUNKS = (BM + BN) * (kStageK / 16) / THREADS;  // 16-B chunks / thread
   static constexpr int SEED_UNITS = (BM + BN) / 64 * (kStageK / 32);      // 64 rows x 32 K units
   static constexpr int SEED_UNITS_PER_WAVE = (SEED_UNITS + WAVES - 1) / WAVES;
@@ -183,10 +184,12 @@ struct Stager {
         u32x4 v = {0u, 0u, 0u, 0u};
         const uint8_t* base = X + (size_t)row0 * (size_t)K + (size_t)k0;
         if constexpr (VEC) {
-          // branch-free: load a clamped (valid) row, then select zero; 256 * K < 2^32 (plan)
+          // Branch-free, no select: a row past the edge loads the clamped last row (in bounds),
+          // whose copy in LDS only feeds MFMA outputs of rows/columns that are never stored. So
+          // the loaded registers are used first by the LDS store a stage later: no early wait.
+          // 256 * K < 2^32 (plan).
           const int rr = valid ? row : E - 1 - row0;
-          const u32x4 t = *(const u32x4*)(base + (uint32_t)(rr * K + col));
-          v = valid ? t : v;
+          v = *(const u32x4*)(base + (uint32_t)(rr * K + col));
         } else if (valid) {
           const uint8_t* src = base + ((size_t)row * (size_t)K + col);
           uint32_t w[4];
@@ -224,11 +227,11 @@ struct Stager {
           const uint8_t* krow = X + ((size_t)k0 + ku * 32 + t) * (size_t)E;
           uint32_t w = 0;
           if constexpr (VEC) {
-            // E % 4 == 0: the 4-byte group is wholly in or out. Branch-free: load the clamped
-            // (valid, E >= 4) group, then select zero. Offset < 25 * E < 2^32 (layout_aligned).
+            // E % 4 == 0: the 4-byte group is wholly in or out. Branch-free, no select: a group
+            // past the edge loads the clamped last group (in bounds, E >= 4); its LDS copy feeds
+            // only outputs that are never stored. Offset < 25 * E < 2^32 (layout_aligned).
             const int col = grow < E ? grow : E - 4;
-            const uint32_t v = *(const uint32_t*)(krow + (uint32_t)(8 * g * E + col));
-            w = grow < E ? v : 0u;
+            w = *(const uint32_t*)(krow + (uint32_t)(8 * g * E + col));
           } else {
             const uint8_t* src = krow + ((size_t)(8 * g) * (size_t)E + grow);
 #pragma unroll
@@ -248,9 +251,10 @@ struct Stager {
 #pragma unroll
       for (int j = 0; j < Cfg::NAT_CHUNKS; ++j) {
         const int row = ((wave * 64 + j * Cfg::THREADS) >> 2) + (lane >> 2);  // A rows then B rows
-        uint64_t* dst = (uint64_t*)(lds + row * kLdsStride + (lane & 3) * 16);
-        dst[0] = (uint64_t)r[4 * j + 0] | ((uint64_t)r[4 * j + 1] << 32);
-        dst[1] = (uint64_t)r[4 * j + 2] | ((uint64_t)r[4 * j + 3] << 32);
+        // one 16-byte value (ds_write2_b64): as two 64-bit halves the compiler re-loaded the low
+        // half with a second global load
+        *(u32x4_a8*)(lds + row * kLdsStride + (lane & 3) * 16) =
+            u32x4_a8{r[4 * j + 0], r[4 * j + 1], r[4 * j + 2], r[4 * j + 3]};
       }
     } else {
       const int g = (lane >> 2) & 3;
@@ -302,7 +306,9 @@ __global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(A
   constexpr int BM = Cfg::BM, BN = Cfg::BN, MT = Cfg::MT;
 
   __shared__ uint64_t lds_tiles[2 * Cfg::LDS_STAGE_BYTES / 8];  // 2 x (sA[BM][72], sB[BN][72])
-  __shared__ float lds_sa[2][BM];                               // a_scale, per K-block parity
+  // a_scale per K-block parity; one slot per thread (rows [0, BM) used) so that every thread
+  // writes its own slot without a branch
+  __shared__ float lds_sa[2][Cfg::THREADS];
 
   uint8_t* const stage_buf0 = (uint8_t*)lds_tiles;
   uint8_t* const stage_buf1 = stage_buf0 + Cfg::LDS_STAGE_BYTES;
@@ -324,11 +330,11 @@ __global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(A
   const int kb1 = (kb0 + p.kb_per_split) < KB ? (kb0 + p.kb_per_split) : KB;
   const int s_end = 2 * kb1;  // stages [2*kb0, 2*kb1)
 
-  auto load_sa = [&](int kb) -> float {  // branch-free: a clamped valid row, then select zero
-    const bool valid = tid < BM && m0 + tid < M_;
-    const int row = valid ? m0 + tid : M_ - 1;
-    const float v = LAYOUT == kSeed ? p.sa[(size_t)kb * M_ + row] : p.sa[(size_t)row * KB + kb];
-    return valid ? v : 0.0f;
+  // Branch-free and select-free: a thread past the tile or past M loads the clamped last row (in
+  // bounds); it scales only rows that are never stored (or an unused slot).
+  auto load_sa = [&](int kb) -> float {
+    const int row = (tid < BM && m0 + tid < M_) ? m0 + tid : M_ - 1;
+    return LAYOUT == kSeed ? p.sa[(size_t)kb * M_ + row] : p.sa[(size_t)row * KB + kb];
   };
   auto load_sb = [&](int kb) -> float {
     return LAYOUT == kSeed ? p.sb[(size_t)kb * NB + nb] : p.sb[(size_t)nb * KB + kb];
@@ -339,7 +345,7 @@ __global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(A
   st.load(p, m0, n0, kb0 * kBK, tid, wave);
   float sa_next = load_sa(kb0);
   st.store(stage_buf0, tid, wave);
-  if (tid < BM) lds_sa[0][tid] = sa_next;
+  lds_sa[0][tid] = sa_next;
   st.load(p, m0, n0, kb0 * kBK + kStageK, tid, wave);
   __syncthreads();
 
@@ -419,7 +425,7 @@ __global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(A
           for (int j = 0; j < Cfg::FN; ++j) acc[i][j] = tmp[i][j] * sc + acc[i][j];
         }
         // the next K-block's a_scale (read two stages from now, after two barriers)
-        if (tid < BM) lds_sa[par ^ 1][tid] = sa_next;
+        lds_sa[par ^ 1][tid] = sa_next;
       }
       __syncthreads();  // stage s consumed by every wave; stage s+1 written
     }
