@@ -11,8 +11,9 @@ kernel of each code object is checked:
 - LDS (group segment) within 64 KiB.
 
 A table per kernel is printed (VGPR, AGPR, SGPR, LDS, waves/SIMD, MFMA count, and the load-to-use
-metric "ld wait0": global loads whose ``s_waitcnt vmcnt`` comes with no MFMA issued since the load,
-out of all global loads; see ``load_use``). Exit status 0 when every kernel passes, 1 on a violation,
+metric: global loads whose ``s_waitcnt vmcnt`` comes with no MFMA issued since the load, out of
+all, and the same for the K loop's loads with their fewest/median MFMAs in between; see
+``load_use``). Exit status 0 when every kernel passes, 1 on a violation,
 2 when the toolchain or a source is missing / does not compile.
 
     python -m scripts.gfx942_gate [--src FILE ...] [--out DIR] [--json FILE]
@@ -21,6 +22,7 @@ out of all global loads; see ``load_use``). Exit status 0 when every kernel pass
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import os
 import re
@@ -52,6 +54,8 @@ SYMBOL = re.compile(r"^[0-9a-f]+ <([^>]+)>:\s*$")
 VMEM_LOAD = re.compile(r"\b(global_load|flat_load|buffer_load)\w*")
 VMEM_STORE = re.compile(r"\b(global_store|flat_store|buffer_store|global_atomic|flat_atomic|buffer_atomic)\w*")
 VMCNT = re.compile(r"\bs_waitcnt\b.*\bvmcnt\((\d+)\)")
+INST_ADDR = re.compile(r"//\s*([0-9A-Fa-f]+):")  # llvm-objdump's address comment
+MAX_VMCNT = 63  # the counter's range on gfx9
 
 
 class GateError(Exception):
@@ -76,9 +80,12 @@ class KernelReport:
     mfma_fp8: int
     waves_per_simd: int
     violations: list[str] = field(default_factory=list)
-    loads: int = 0  # global (vector memory) load instructions
-    loads_wait0: int = 0  # ... whose vmcnt wait has no MFMA between the load and the wait
-    load_mfma_median: float = 0.0  # median MFMAs issued between a load and its wait
+    loads: int = 0  # global (vector memory) load instructions that are waited for
+    loads_wait0: int = 0  # ... with no MFMA between the load and its wait (see load_use)
+    loop_loads: int = 0  # those inside the K loop
+    loop_loads_wait0: int = 0  # ... with no MFMA between the load and its wait in the loop
+    loop_load_mfma_min: int = 0  # fewest / median MFMAs between a loop load and its wait
+    loop_load_mfma_median: float = 0.0
 
     @property
     def is_gemm(self) -> bool:
@@ -171,33 +178,137 @@ def mfma_counts(code: list[str]) -> tuple[int, int]:
     return total, sum(1 for line in code if MFMA_FP8.search(line))
 
 
-def load_use(code: list[str]) -> list[int]:
+@dataclass(frozen=True)
+class LoadUse:
+    mfmas: int  # MFMAs issued between the load and the s_waitcnt that retires it (fewest over paths)
+    in_loop: bool  # the load sits in a cycle of the control-flow graph (the K loop)
+    addr: int
+
+
+def _branch_target(addr: int, arg: str) -> int:
+    off = int(arg, 0)
+    return addr + 4 + 4 * (off - 65536 if off >= 32768 else off)  # SOPP simm16, in dwords
+
+
+def load_use(code: list[str]) -> list[LoadUse]:
     """Load-to-use distance of every global load of one kernel, in MFMAs: how many MFMA instructions
-    issue between the load and the ``s_waitcnt vmcnt(n)`` that retires it. gfx942 counts vector
-    memory loads and stores in one in-order counter, so ``vmcnt(n)`` retires all but the newest n.
-    Program order (a loop's back edge is not followed): a load at the end of a loop body waited at
-    the top of the next iteration counts against the next wait that follows it in the text. Loads
-    never waited for (end of kernel) are left out. A distance of 0 means the wave stalls on the load
-    with no matrix work in the shadow of its latency."""
-    pending: list[tuple[bool, int]] = []  # (is a load, MFMAs issued before it), oldest first
-    mfmas = 0
-    dist: list[int] = []
+    issue between the load and the ``s_waitcnt vmcnt(n)`` that retires it (a distance of 0: the wave
+    stalls on the load with no matrix work in the shadow of its latency).
+
+    gfx942 counts vector memory loads and stores in one in-order counter, so ``vmcnt(n)`` retires all
+    but the newest n. The control-flow graph is followed (basic blocks split at branches and branch
+    targets): a forward data-flow pass keeps, per basic block entry, the queue of pending operations
+    with the fewest MFMAs issued since each (merging paths); a load at the end of the loop body waited
+    at the top of the next iteration is therefore measured across the back edge. For a load inside a
+    loop only the waits inside a loop count (the steady state: the wait after the loop exit for the
+    loads of the last, unused stage is not a stall per iteration). Loads never waited for are left out."""
+    insts: list[tuple[int, str, str, str, int]] = []  # addr, opcode, first operand, kind, vmcnt
     for line in code:
-        if MFMA_ANY.search(line):
-            mfmas += 1
-        elif VMEM_LOAD.search(line):
-            pending.append((True, mfmas))
-        elif VMEM_STORE.search(line):
-            pending.append((False, mfmas))
+        m = INST_ADDR.search(line)
+        toks = line.split("//")[0].split()
+        if not m or not toks:
+            continue
+        op = toks[0]
+        w = VMCNT.search(line)
+        kind = ("M" if MFMA_ANY.match(op) else "L" if VMEM_LOAD.match(op) else "S" if VMEM_STORE.match(op)
+                else "W" if w else "-")  # fmt: skip
+        insts.append((int(m.group(1), 16), op, toks[1] if len(toks) > 1 else "", kind, int(w.group(1)) if w else 0))
+    if not insts:
+        return []
+    index = {inst[0]: i for i, inst in enumerate(insts)}
+    target: dict[int, int | None] = {}
+    leaders = {0}
+    for i, (addr, op, arg, _, _) in enumerate(insts):
+        if op == "s_branch" or op.startswith("s_cbranch"):
+            target[i] = index.get(_branch_target(addr, arg))
+            if target[i] is not None:
+                leaders.add(target[i])
+            leaders.add(i + 1)
+        elif op in ("s_endpgm", "s_setpc_b64"):
+            leaders.add(i + 1)
+    starts = sorted(x for x in leaders if x < len(insts))
+    blocks = [(s, starts[k + 1] if k + 1 < len(starts) else len(insts)) for k, s in enumerate(starts)]
+    block_at = {s: k for k, (s, _) in enumerate(blocks)}
+    succ: list[list[int]] = []
+    for _, e in blocks:
+        op = insts[e - 1][1]
+        fall = [block_at[e]] if e < len(insts) else []
+        if op in ("s_endpgm", "s_setpc_b64"):
+            succ.append([])
+        elif e - 1 in target:
+            jump = [block_at[target[e - 1]]] if target[e - 1] is not None else []
+            succ.append(jump if op == "s_branch" else fall + jump)
         else:
-            w = VMCNT.search(line)
-            if w:
-                keep = int(w.group(1))
-                while len(pending) > keep:
-                    is_load, at = pending.pop(0)
-                    if is_load:
-                        dist.append(mfmas - at)
-    return dist
+            succ.append(fall)
+
+    Queue = tuple[tuple[frozenset[int], int], ...]  # newest first: (load indices, MFMAs since)
+
+    def run_block(k: int, state: Queue, rec: dict[int, dict[int, int]] | None = None) -> Queue:
+        q = list(state)
+        for i in range(*blocks[k]):
+            kind = insts[i][3]
+            if kind == "M":
+                q = [(ids, d + 1) for ids, d in q]
+            elif kind in ("L", "S"):
+                q.insert(0, (frozenset((i,)) if kind == "L" else frozenset(), 0))
+            elif kind == "W":
+                keep = insts[i][4]
+                if rec is not None:
+                    for ids, d in q[keep:]:
+                        for j in ids:
+                            rec.setdefault(j, {})[k] = min(rec.get(j, {}).get(k, d), d)
+                del q[keep:]
+            del q[MAX_VMCNT:]
+        return tuple(q)
+
+    def merge(a: Queue | None, b: Queue) -> Queue:
+        if a is None or a == b:
+            return b
+        n = max(len(a), len(b))
+        pa, pb = a + (None,) * (n - len(a)), b + (None,) * (n - len(b))
+        return tuple(
+            y if x is None else x if y is None else (x[0] | y[0], min(x[1], y[1])) for x, y in zip(pa, pb, strict=True)
+        )
+
+    entry: list[Queue | None] = [None] * len(blocks)
+    entry[0] = ()
+    work, queued = [0], {0}
+    while work:  # forward data flow to the fixed point (MFMA counts only decrease at merges)
+        k = heapq.heappop(work)
+        queued.discard(k)
+        out = run_block(k, entry[k])
+        for t in succ[k]:
+            merged = merge(entry[t], out)
+            if merged != entry[t]:
+                entry[t] = merged
+                if t not in queued:
+                    heapq.heappush(work, t)
+                    queued.add(t)
+    rec: dict[int, dict[int, int]] = {}
+    for k, state in enumerate(entry):
+        if state is not None:
+            run_block(k, state, rec)
+
+    cyclic: dict[int, bool] = {}
+
+    def in_cycle(k: int) -> bool:
+        if k not in cyclic:
+            seen, stack = set(), list(succ[k])
+            while stack and k not in seen:
+                x = stack.pop()
+                if x not in seen:
+                    seen.add(x)
+                    stack.extend(succ[x])
+            cyclic[k] = k in seen
+        return cyclic[k]
+
+    block_of = {i: k for k, (s, e) in enumerate(blocks) for i in range(s, e)}
+    uses = []
+    for j in sorted(rec):
+        looped = in_cycle(block_of[j])
+        inner = [d for wk, d in rec[j].items() if in_cycle(wk)] if looped else []
+        uses.append(LoadUse(min(inner) if inner else min(rec[j].values()), looped, insts[j][0]))
+    return uses
 
 
 def kernel_metadata(obj: Path) -> list[dict]:
@@ -236,7 +347,8 @@ def inspect_object(obj: Path, tu: str) -> list[KernelReport]:
     for md in metas:
         sym = md[".name"]
         total, fp8 = mfma_counts(code.get(sym, []))
-        dist = load_use(code.get(sym, []))
+        uses = load_use(code.get(sym, []))
+        loop = [u.mfmas for u in uses if u.in_loop]
         vgpr_count = int(md.get(".vgpr_count", 0))  # unified count (arch VGPRs + AGPRs)
         agpr = int(md.get(".agpr_count", 0))
         lds = int(md.get(".group_segment_fixed_size", 0))
@@ -257,9 +369,12 @@ def inspect_object(obj: Path, tu: str) -> list[KernelReport]:
             mfma=total,
             mfma_fp8=fp8,
             waves_per_simd=waves_per_simd(vgpr_count, lds, threads),
-            loads=len(dist),
-            loads_wait0=sum(1 for d in dist if d == 0),
-            load_mfma_median=float(statistics.median(dist)) if dist else 0.0,
+            loads=len(uses),
+            loads_wait0=sum(1 for u in uses if u.mfmas == 0),
+            loop_loads=len(loop),
+            loop_loads_wait0=sum(1 for d in loop if d == 0),
+            loop_load_mfma_min=min(loop, default=0),
+            loop_load_mfma_median=float(statistics.median(loop)) if loop else 0.0,
         )
         if rep.is_gemm and rep.mfma_fp8 == 0:
             rep.violations.append("GEMM kernel without v_mfma_*fp8* instructions")
@@ -299,14 +414,15 @@ def run_gate(sources: list[Path], out_dir: Path) -> list[KernelReport]:
 
 def format_table(reports: list[KernelReport]) -> str:
     head = ["kernel", "VGPR", "AGPR", "SGPR", "LDS B", "scratch", "spill v/s", "waves/SIMD", "MFMA", "ld wait0",
-            "ld-use MFMA", "status"]  # fmt: skip
+            "loop ld wait0", "loop ld-use", "status"]  # fmt: skip
     rows = [head]
     for r in reports:
         status = "ok" if not r.violations else "FAIL: " + "; ".join(r.violations)
         rows.append([
             r.name, str(r.vgpr), str(r.agpr), str(r.sgpr), str(r.lds), str(r.scratch),
             f"{r.vgpr_spill}/{r.sgpr_spill}", str(r.waves_per_simd), f"{r.mfma_fp8}/{r.mfma}",
-            f"{r.loads_wait0}/{r.loads}", f"{r.load_mfma_median:g}", status,
+            f"{r.loads_wait0}/{r.loads}", f"{r.loop_loads_wait0}/{r.loop_loads}",
+            f"{r.loop_load_mfma_min}/{r.loop_load_mfma_median:g}", status,
         ])  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(len(head) - 1)]
     lines = []
@@ -337,8 +453,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"gfx942 gate: {len(sources)} translation unit(s), {len(reports)} kernel(s), arch {ARCH}")
     print(format_table(reports))
     print(
-        "ld wait0: global loads waited for with no MFMA since the load / all global loads; "
-        "ld-use MFMA: median MFMAs between a load and its wait (program order)"
+        "ld wait0: global loads waited for with no MFMA issued since the load / all waited global loads; "
+        "loop ld wait0: the same for the loads inside the K loop; loop ld-use: fewest/median MFMAs between "
+        "a loop load and its wait (control flow followed, back edge included)"
     )
     if args.json:
         args.json.write_text(json.dumps([asdict(r) | {"is_gemm": r.is_gemm} for r in reports], indent=2))
