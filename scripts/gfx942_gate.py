@@ -8,7 +8,9 @@ kernel of each code object is checked:
 - a GEMM kernel (name contains ``gemm_kernel``) holds ``v_mfma_*fp8*`` instructions,
 - no scratch: private segment 0, no dynamic stack,
 - no VGPR or SGPR spills,
-- LDS (group segment) within 64 KiB.
+- LDS (group segment) within 64 KiB,
+- latency hiding: no global load of a GEMM kernel's K loop is waited for with no MFMA issued since
+  the load (``load_use``; the seed byte-load fallback is reported, not checked).
 
 A table per kernel is printed (VGPR, AGPR, SGPR, LDS, waves/SIMD, MFMA count, and the load-to-use
 metric: global loads whose ``s_waitcnt vmcnt`` comes with no MFMA issued since the load, out of
@@ -45,6 +47,11 @@ HIP_FLAGS = ["-std=c++17", "-O3", "-DROCM_KERNEL"]
 GATE_DEFINES = ["-DGEMM_ROCM_KERNELS_ONLY"]
 DEFAULT_DEVICE_LIBS = Path("/usr/lib/x86_64-linux-gnu/amdgcn/bitcode")
 LDS_LIMIT = 64 * 1024
+# Latency hiding: in a GEMM kernel's K loop every global load must have at least one MFMA issued
+# before the s_waitcnt that retires it (the staging loads are meant to have a whole stage in
+# flight). Exempt, report-only: the seed layout's byte-load fallback (M or N not a multiple of 4, or
+# misaligned bases), whose bytes are assembled into words right after loading.
+LATENCY_EXEMPT = (", seed, bytes>",)
 VGPR_FILE_PER_SIMD = 512  # per lane, arch VGPRs + AGPRs (gfx90a/gfx942 unified register file)
 MAX_WAVES_PER_SIMD = 8
 SIMDS_PER_CU = 4
@@ -241,34 +248,42 @@ def load_use(code: list[str]) -> list[LoadUse]:
         else:
             succ.append(fall)
 
-    Queue = tuple[tuple[frozenset[int], int], ...]  # newest first: (load indices, MFMAs since)
+    # Pending vector memory operations, newest first; each position holds, per load that may occupy
+    # it on some path, the fewest MFMAs issued since that load (a store: no load)
+    Queue = tuple[tuple[tuple[int, int], ...], ...]
 
     def run_block(k: int, state: Queue, rec: dict[int, dict[int, int]] | None = None) -> Queue:
         q = list(state)
         for i in range(*blocks[k]):
             kind = insts[i][3]
             if kind == "M":
-                q = [(ids, d + 1) for ids, d in q]
+                q = [tuple((j, d + 1) for j, d in pos) for pos in q]
             elif kind in ("L", "S"):
-                q.insert(0, (frozenset((i,)) if kind == "L" else frozenset(), 0))
+                q.insert(0, ((i, 0),) if kind == "L" else ())
             elif kind == "W":
                 keep = insts[i][4]
                 if rec is not None:
-                    for ids, d in q[keep:]:
-                        for j in ids:
+                    for pos in q[keep:]:
+                        for j, d in pos:
                             rec.setdefault(j, {})[k] = min(rec.get(j, {}).get(k, d), d)
                 del q[keep:]
             del q[MAX_VMCNT:]
         return tuple(q)
 
+    def merge_pos(x: tuple[tuple[int, int], ...], y: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+        if x == y:
+            return x
+        best = dict(x)
+        for j, d in y:
+            best[j] = min(best.get(j, d), d)
+        return tuple(sorted(best.items()))
+
     def merge(a: Queue | None, b: Queue) -> Queue:
         if a is None or a == b:
             return b
         n = max(len(a), len(b))
-        pa, pb = a + (None,) * (n - len(a)), b + (None,) * (n - len(b))
-        return tuple(
-            y if x is None else x if y is None else (x[0] | y[0], min(x[1], y[1])) for x, y in zip(pa, pb, strict=True)
-        )
+        pa, pb = a + ((),) * (n - len(a)), b + ((),) * (n - len(b))
+        return tuple(merge_pos(x, y) for x, y in zip(pa, pb, strict=True))
 
     entry: list[Queue | None] = [None] * len(blocks)
     entry[0] = ()
@@ -390,6 +405,10 @@ def inspect_object(obj: Path, tu: str) -> list[KernelReport]:
             rep.violations.append(f"LDS {rep.lds} B > {LDS_LIMIT} B")
         if rep.waves_per_simd < 1:
             rep.violations.append("cannot be resident (occupancy 0)")
+        if rep.is_gemm and rep.loop_loads_wait0 and not any(x in rep.name for x in LATENCY_EXEMPT):
+            rep.violations.append(
+                f"{rep.loop_loads_wait0} of {rep.loop_loads} K-loop global loads waited for with no MFMA in between"
+            )
         reports.append(rep)
     return reports
 

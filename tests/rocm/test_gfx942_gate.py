@@ -105,11 +105,27 @@ __global__ void gemm_kernel_with_scratch(const long* a, const int* idx, float* c
 }
 """
 
+BAD_UNHIDDEN_LOADS = """
+#include "hip_compat.h"
+typedef float floatx4 __attribute__((ext_vector_type(4)));
+// Its K loop feeds each global load straight into the next MFMA: the wave waits for every load with
+// no matrix work in between, the gate must reject it.
+__global__ void gemm_kernel_with_unhidden_loads(const long* a, float* c, int n) {
+  floatx4 acc = {0.f, 0.f, 0.f, 0.f};
+#pragma nounroll
+  for (int k = 0; k < n; ++k) {
+    const long v = a[k * 64 + threadIdx.x];
+    acc = __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8(v, v, acc, 0, 0, 0);
+  }
+  c[threadIdx.x] = acc[0];
+}
+"""
+
 
 @pytest.mark.parametrize(
     ("source", "expected"),
-    [(BAD_NO_MFMA, "without v_mfma"), (BAD_SCRATCH, "scratch")],
-    ids=["no-mfma", "scratch"],
+    [(BAD_NO_MFMA, "without v_mfma"), (BAD_SCRATCH, "scratch"), (BAD_UNHIDDEN_LOADS, "no MFMA in between")],
+    ids=["no-mfma", "scratch", "unhidden-loads"],
 )
 def test_gate_fails_on_a_bad_translation_unit(source, expected, tmp_path, capsys):
     _toolchain_or_skip()
@@ -252,6 +268,10 @@ def test_gate_reports_load_use_per_kernel(gate_run):
             assert 0 <= r.loads_wait0 <= r.loads, r
     table = gate.format_table(reports)
     assert "loop ld wait0" in table.splitlines()[0]
+    # the property the gate checks: the main (vector-load) kernels hide every K-loop load behind MFMAs
+    for r in reports:
+        if r.is_gemm and r.name.endswith(", vec>"):
+            assert r.loop_loads_wait0 == 0 and r.loop_load_mfma_min >= 1, r
     first = next(r for r in reports if r.is_gemm)
     row = next(line for line in table.splitlines() if line.startswith(first.name))
     assert f"{first.loads_wait0}/{first.loads}" in row and f"{first.loop_loads_wait0}/{first.loop_loads}" in row
