@@ -14,10 +14,13 @@
 //             [every second stage: acc += tmp * (a_scale[row] * b_scale[tile]), fp32 v_pk_fma]
 //             barrier
 // so a wave's LDS writes overlap the other waves' MFMAs and the global loads have a whole stage in
-// flight. LDS rows are K-contiguous, sX[row][0..63] with a row stride of 72 bytes (+8 B pad: the
+// flight: a load's registers are first read by the LDS store one stage later (no select or branch
+// on the loaded value; the gfx942 gate checks the waits in the machine code, DESIGN.md). LDS rows are K-contiguous, sX[row][0..63] with a row stride of 72 bytes (+8 B pad: the
 // 16 rows one MFMA operand read touches fall on 16 distinct bank pairs); the seed layout is
 // transposed 4x4 bytes at a time in registers on the way in (no pre-pass kernel).
-// Partial tiles: rows/columns past M/N are staged as zeros and never stored.
+// Partial tiles: rows/columns past M/N are staged as copies of the last valid row/column (clamped
+// addresses; seed byte path: zeros) and never stored; output (i, j) depends only on A row i and B
+// column j, so they never reach a stored element.
 #pragma once
 
 #include "gemm_plan.h"
@@ -190,8 +193,10 @@ struct Stager {
           // 256 * K < 2^32 (plan).
           const int rr = valid ? row : E - 1 - row0;
           v = *(const u32x4*)(base + (uint32_t)(rr * K + col));
-        } else if (valid) {
-          const uint8_t* src = base + ((size_t)row * (size_t)K + col);
+        } else {
+          // byte path, same rule: the clamped row, bytes assembled in registers, no branch
+          const int rr = valid ? row : E - 1 - row0;
+          const uint8_t* src = base + ((size_t)rr * (size_t)K + col);
           uint32_t w[4];
 #pragma unroll
           for (int q = 0; q < 4; ++q)
