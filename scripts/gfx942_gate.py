@@ -103,6 +103,12 @@ def tool(name: str) -> str:
     """Path of an LLVM 19 tool (env GEMM_CLANG overrides clang++-19)."""
     override = os.environ.get("GEMM_CLANG") if name == "clang++-19" else None
     found = shutil.which(override or name)
+    if not found and not override and name.endswith("-19") and name != "clang++-19":
+        # Inside rocm/pytorch images (scripts/check.py reads shipped .so files there) the LLVM tools
+        # carry no version suffix and live in ROCm's own LLVM.
+        rocm_llvm = Path(os.environ.get("ROCM_PATH", "/opt/rocm")) / "llvm" / "bin"
+        plain = name.removesuffix("-19")
+        found = shutil.which(plain) or shutil.which(plain, path=str(rocm_llvm))
     if not found:
         raise GateError(
             f"{override or name} not found: install clang-19 lld-19 llvm-19 libamdhip64-dev rocm-device-libs "
