@@ -2,6 +2,7 @@
 // matrix product through ATen's BLAS. Folding the scales is exact algebra:
 //   sum_kb sa[kb,m] * sb[kb,n/128] * sum_k A[m,k] B[n,k] = sum_k (A[m,k] sa[k/128,m]) (B[n,k] sb[k/128,n/128])
 // so the result equals the contract's fp32 reference up to fp32 summation order.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
@@ -48,8 +49,19 @@ at::Tensor dequantize(at::Tensor const &q, at::Tensor const &scale, int64_t row_
       uint8_t const *in = src + r * cols;
       float *o = dst + r * cols;
       float const *srow = s + (r / row_div) * row_stride;
-      for (int64_t c = 0; c < cols; ++c) {
-        o[c] = table[in[c]] * srow[(c / col_div) * col_stride];
+      if (col_div == 1) {  // one scale per column
+        for (int64_t c = 0; c < cols; ++c) {
+          o[c] = table[in[c]] * srow[c * col_stride];
+        }
+        continue;
+      }
+      // One scale per block of col_div columns: hoisted out of the inner loop (no division per element).
+      for (int64_t c0 = 0; c0 < cols; c0 += col_div) {
+        float const scale = srow[(c0 / col_div) * col_stride];
+        int64_t const c1 = std::min(cols, c0 + col_div);
+        for (int64_t c = c0; c < c1; ++c) {
+          o[c] = table[in[c]] * scale;
+        }
       }
     }
   });
