@@ -12,20 +12,14 @@ with NaN before the call, and every element must be written and within
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-_spec = importlib.util.spec_from_file_location("emu_build", Path(__file__).with_name("emu_build.py"))
-emu_build = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("emu_build", emu_build)
-_spec.loader.exec_module(emu_build)
+from tests.rocm import emu_build
 
 DRIVER = emu_build.EMU_DIR / "tests" / "emu_gemm.cpp"
 FP8 = torch.float8_e4m3fnuz

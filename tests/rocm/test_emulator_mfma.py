@@ -14,18 +14,12 @@ Every driver runs under ASan+UBSan and under TSan. Fresh random data each run; t
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-_spec = importlib.util.spec_from_file_location("emu_build", Path(__file__).with_name("emu_build.py"))
-emu_build = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("emu_build", emu_build)
-_spec.loader.exec_module(emu_build)
+from tests.rocm import emu_build
 
 SELFTEST = emu_build.EMU_DIR / "tests" / "emu_selftest.cpp"
 FP8 = torch.float8_e4m3fnuz
