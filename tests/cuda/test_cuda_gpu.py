@@ -6,11 +6,11 @@ output whose rows are not 16-byte aligned), the seed layout's vectorized and byt
 the current stream, and run-to-run determinism. They skip, with the reason, where the loaded variant
 is not the CUDA one or no GPU is present.
 
-Accuracy criterion: the contract's elementwise tolerance, else the benchmark's "normwise" acceptance
-(benchmarks.problem.check: rel. Frobenius error <= 5e-3 with at most 1% of elements outside). Hopper's
-FP8 tensor cores accumulate each wgmma with fewer bits than fp32, which moves near-zero outputs by more
-than atol = 1e-3; torch's own blockwise FP8 path (cuBLASLt) gives bit-identical outputs to this kernel
-on the same inputs (gemm/cuda/NOTES.md), so the elementwise criterion alone is not attainable here.
+Accuracy criterion: every element, the contract's rule plus the cuda backend's accumulation allowance
+(gemm.reference.ACCUMULATION_ALLOWANCE times the sum of the terms' magnitudes). Hopper's FP8 tensor
+cores add each wgmma's products with fewer bits than fp32, which moves near-zero outputs by more than
+atol = 1e-3; torch's own blockwise FP8 path (cuBLASLt) gives bit-identical outputs to this kernel on the
+same inputs, and benchmarks/results/h200/precision.json measures how much is needed.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ import itertools
 import pytest
 import torch
 
-from benchmarks.problem import check
-from tests.conftest import make_problem, poisoned_output
+from tests.conftest import assert_seed_matches, make_problem, poisoned_output
 
 _seeds = itertools.count(5000)
 
@@ -57,10 +56,9 @@ def _id(shape):
     return "x".join(map(str, shape))
 
 
-def assert_matches(out: torch.Tensor, ref: torch.Tensor, what: str) -> None:
-    assert torch.isfinite(out.float()).all(), f"{what}: unwritten (NaN-poisoned) or non-finite elements"
-    verdict = check(out, ref)
-    assert verdict.ok, f"{what}: {verdict.message}"
+def assert_matches(kernel, out: torch.Tensor, p, what: str) -> None:
+    """`out` against the reference of problem `p` (seed layout), at the cuda backend's tolerance."""
+    assert_seed_matches(kernel, out, p.a, p.b, p.a_scale, p.b_scale, what)
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=_id)
@@ -68,24 +66,22 @@ def test_both_layouts(cuda_kernel, shape):
     m, n, k = shape
     seed = next(_seeds)
     p = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", seed)
-    ref = cuda_kernel.reference.gemm_reference(p.a, p.b, p.a_scale, p.b_scale)
     c = poisoned_output(m, n, "cuda")
     assert cuda_kernel.gemm(p.a, p.b, p.a_scale, p.b_scale, c) is c
-    assert_matches(c, ref, f"seed {_id(shape)} seed={seed}")
+    assert_matches(cuda_kernel, c, p, f"seed {_id(shape)} seed={seed}")
     out = poisoned_output(m, n, "cuda")
     assert cuda_kernel.gemm_natural(*p.natural(), out) is out
-    assert_matches(out, ref, f"natural {_id(shape)} seed={seed}")
+    assert_matches(cuda_kernel, out, p, f"natural {_id(shape)} seed={seed}")
 
 
 def test_output_rows_not_16_byte_aligned(cuda_kernel):
     """An output view whose rows start off a 16-byte boundary goes through the padded scratch."""
     m, n, k = 64, 264, 256
     p = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(_seeds))
-    ref = cuda_kernel.reference.gemm_reference(p.a, p.b, p.a_scale, p.b_scale)
     backing = torch.full((m * n + 1,), float("nan"), dtype=torch.bfloat16, device="cuda")
     out = backing[1:].view(m, n)  # contiguous, data_ptr 2 bytes past the allocation
     cuda_kernel.gemm_natural(*p.natural(), out)
-    assert_matches(out, ref, "natural, offset output")
+    assert_matches(cuda_kernel, out, p, "natural, offset output")
     assert torch.isnan(backing[0]), "the element before the output was overwritten"
 
 
@@ -93,7 +89,6 @@ def test_runs_on_the_current_stream(cuda_kernel):
     m, n, k = 512, 1024, 2048
     p = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(_seeds))
     x, w, xs, ws = p.natural()
-    ref = cuda_kernel.reference.gemm_reference(p.a, p.b, p.a_scale, p.b_scale)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -103,8 +98,8 @@ def test_runs_on_the_current_stream(cuda_kernel):
             cuda_kernel.gemm_natural(x, w, xs, ws, out)
             cuda_kernel.gemm(p.a, p.b, p.a_scale, p.b_scale, c)
     side.synchronize()
-    assert_matches(out, ref, "natural on a side stream")
-    assert_matches(c, ref, "seed on a side stream")
+    assert_matches(cuda_kernel, out, p, "natural on a side stream")
+    assert_matches(cuda_kernel, c, p, "seed on a side stream")
 
 
 def test_deterministic(cuda_kernel):

@@ -17,7 +17,7 @@ import torch
 from . import reference
 from ._ops import BACKEND, add_op_namespace_prefix, ops
 
-__all__ = ["gemm", "gemm_natural", "reference", "BLOCK", "SUPPORTED_DTYPES"]
+__all__ = ["gemm", "gemm_natural", "reference", "BLOCK", "SUPPORTED_DTYPES", "ACCUMULATION_ALLOWANCE"]
 
 BLOCK = 128
 """Scale block size along K (and along N for the weight scales)."""
@@ -29,6 +29,9 @@ _DTYPES_BY_BACKEND = {
     "rocm": (torch.float8_e4m3fnuz,),
 }
 SUPPORTED_DTYPES: tuple[torch.dtype, ...] = _DTYPES_BY_BACKEND[BACKEND]
+# How this backend's accuracy is tested: the contract's elementwise rule, plus this multiple of the sum of
+# the terms' magnitudes (0 = the rule as written; Hopper's FP8 tensor cores need more: reference.py says why).
+ACCUMULATION_ALLOWANCE: float = reference.ACCUMULATION_ALLOWANCE[BACKEND]
 _DEVICE_TYPE = "cpu" if BACKEND == "cpu" else "cuda"
 
 
