@@ -21,6 +21,7 @@ import json
 import os
 import platform as pyplatform
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -289,6 +290,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--impls", default=None, help="comma list restricting the implementations (default: all available)")
     p.add_argument("--sets", type=int, default=None, help="input sets rotated while timing (default 4 GPU, 2 CPU)")
     p.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="interleaved timing rounds per shape, implementations rotated each round (default 3 GPU, 1 CPU)",
+    )
+    p.add_argument(
         "--peak",
         choices=("measure", "notes"),
         default="measure",
@@ -333,7 +340,7 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
         parse_shapes,
         reference,
     )
-    from .timing import Budget, Flusher, time_fns
+    from .timing import Budget, Flusher, summarize, time_samples
 
     backend, platform_name, gpu = detect(torch)
     try:
@@ -388,6 +395,10 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
 
     nsets = args.sets or ((2 if args.quick else 4) if backend != "cpu" else (1 if args.quick else 2))
     budget = Budget.for_device(device.type, args.quick)
+    if args.rounds is not None and args.rounds < 1:
+        raise UsageError(f"--rounds must be >= 1, got {args.rounds}")
+    rounds = args.rounds or (1 if device.type == "cpu" or args.quick else 3)
+    round_budget = budget.per_round(rounds)
     flusher = Flusher(device)
     out_dir = args.out or (REPO / "benchmarks" / "results" / platform_name)
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -426,6 +437,8 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
         sets = [make_inputs(shape, device, fp8_dtype, gen) for _ in range(nsets)]
         op_ref = reference(sets[0])
         for layout in layouts:
+            # Build and check every implementation first, then time them interleaved (timing.py says why).
+            ready = []  # (impl, where, fns, verdict)
             for impl in active:
                 if layout not in impl.layouts:
                     continue
@@ -437,16 +450,33 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
                     out = fns[0]()
                     own_ref = built[0][1]
                     verdict = check(out, own_ref() if own_ref is not None else op_ref)
-                    del out
-                    if not verdict.ok:
-                        refused.append({**where, "reason": f"wrong result: {verdict.message}"})
-                        continue
-                    t = time_fns(fns, device, budget, flusher)
+                    del out, built
                 except Exception as e:  # a peer that cannot run this shape: say why, keep going
                     refused.append({**where, "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"})
                     continue
-                finally:
-                    built = fns = None
+                if not verdict.ok:
+                    refused.append({**where, "reason": f"wrong result: {verdict.message}"})
+                    continue
+                ready.append((impl, where, fns, verdict))
+            samples: dict[str, list[float]] = {impl.name: [] for impl, *_ in ready}
+            round_medians: dict[str, list[float]] = {impl.name: [] for impl, *_ in ready}
+            failed: set[str] = set()
+            for r in range(rounds if ready else 0):
+                shift = r % len(ready)  # rotate the order so no implementation always runs first
+                for impl, where, fns, _ in ready[shift:] + ready[:shift]:
+                    if impl.name in failed:
+                        continue
+                    try:
+                        got = time_samples(fns, device, round_budget, flusher)
+                        samples[impl.name] += got
+                        round_medians[impl.name].append(round(statistics.median(got), 3))
+                    except Exception as e:
+                        failed.add(impl.name)
+                        refused.append({**where, "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"})
+            for impl, where, _, verdict in ready:
+                if impl.name in failed:
+                    continue
+                t = summarize(samples[impl.name])
                 records.append(
                     {
                         **where,
@@ -454,6 +484,7 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
                         "us_min": round(t.us_min, 3),
                         "us_max": round(t.us_max, 3),
                         "reps": t.reps,
+                        "round_us": round_medians[impl.name],
                         "tflops": float(f"{shape.flops / (t.us * 1e-6) / 1e12:.5g}"),
                         "pct_sol": None if sol is None else round(sol.pct(shape.m, shape.n, shape.k, t.us), 3),
                         "check": verdict.mode,
@@ -462,6 +493,7 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
                         "rel_err": verdict.rel_fro_err,
                     }
                 )
+            ready = samples = round_medians = None
         del sets, op_ref
     progress.close()
 
@@ -486,6 +518,7 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
             "timer": "device events (torch.cuda.Event)" if device.type == "cuda" else "time.perf_counter",
             "flush_bytes": flusher.nbytes,
             "budget": budget.__dict__,
+            "rounds": rounds,
             "tolerance": (
                 f"elementwise |out - ref| <= {ATOL} + {RTOL} |ref| against the fp32 reference; else accepted "
                 f"'normwise' when rel Frobenius err <= {NORMWISE_MAX_REL} and at most "

@@ -4,6 +4,11 @@ flushed (a buffer larger than it is written) before every run.
 GPU (CUDA, and ROCm through the same torch.cuda API): device events around each call, so only device
 time counts; the flush runs on the stream just before the start event. CPU: time.perf_counter around
 each call (the op is synchronous on CPU).
+
+Interleaving: a GPU that caps its power (the H200 here) runs slower the longer it is loaded, so timing
+each implementation in one block favours whichever runs first. `benchmarks.run` therefore times all of a
+shape's implementations in several rounds, rotating their order each round, and takes each one's median
+over all its samples.
 """
 
 from __future__ import annotations
@@ -32,6 +37,18 @@ class Budget:
         if device_type == "cpu":
             return Budget(1, 0.0, 2, 5, 0.5) if quick else Budget(2, 0.2, 3, 15, 2.0)
         return Budget(3, 0.01, 5, 30, 0.03) if quick else Budget(5, 0.05, 20, 200, 0.25)
+
+    def per_round(self, rounds: int) -> Budget:
+        """This budget shared out over `rounds` interleaved rounds (each still warms up)."""
+        if rounds <= 1:
+            return self
+        return Budget(
+            self.warmup_min,
+            self.warmup_s,
+            max(1, -(-self.reps_min // rounds)),
+            max(1, -(-self.reps_max // rounds)),
+            self.target_s / rounds,
+        )
 
 
 @dataclass(frozen=True)
@@ -66,16 +83,26 @@ def llc_bytes(device: torch.device) -> int:
 
 
 class Flusher:
-    """Writes a buffer twice the size of the last-level cache (at least 64 MB)."""
+    """Writes a buffer twice the size of the last-level cache (at least 64 MB).
+
+    On CUDA it then queues a short spin (`torch.cuda._sleep`, ~50 us at H200 clocks): the GPU is still busy
+    when the start event is recorded, so the host's own time for the call (Python checks, allocation,
+    launches) overlaps it instead of showing up as GPU idle time between the two events.
+    """
+
+    SPIN_CYCLES = 100_000
 
     def __init__(self, device: torch.device) -> None:
         self.nbytes = max(2 * llc_bytes(device), 64 << 20)
         self.buf = torch.empty(self.nbytes // 4, dtype=torch.int32, device=device)
         self._i = 0
+        self._spin = device.type == "cuda" and hasattr(torch.cuda, "_sleep")
 
     def __call__(self) -> None:
         self._i += 1
         self.buf.fill_(self._i)
+        if self._spin:
+            torch.cuda._sleep(self.SPIN_CYCLES)
 
 
 def sync(device: torch.device) -> None:
@@ -83,10 +110,10 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_fns(
+def time_samples(
     fns: Sequence[Callable[[], object]], device: torch.device, budget: Budget, flush: Flusher | None
-) -> Timing:
-    """Median time of calls rotated over `fns` (one per input set)."""
+) -> list[float]:
+    """Times (us) of calls rotated over `fns` (one per input set), after a warm-up."""
     if not fns:
         raise ValueError("time_fns: no function to time")
     # Warm-up, also giving a first estimate of one call.
@@ -98,7 +125,6 @@ def time_fns(
         sync(device)
     estimate = max((time.perf_counter() - t0) / n, 1e-7)
     reps = int(min(budget.reps_max, max(budget.reps_min, budget.target_s / estimate)))
-    times_us: list[float]
     if device.type == "cuda":
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
@@ -109,13 +135,25 @@ def time_fns(
             fns[i % len(fns)]()
             ends[i].record()
         sync(device)
-        times_us = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=False)]
-    else:
-        times_us = []
-        for i in range(reps):
-            if flush is not None:
-                flush()
-            t = time.perf_counter()
-            fns[i % len(fns)]()
-            times_us.append((time.perf_counter() - t) * 1e6)
-    return Timing(statistics.median(times_us), min(times_us), max(times_us), reps)
+        return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=False)]
+    times_us = []
+    for i in range(reps):
+        if flush is not None:
+            flush()
+        t = time.perf_counter()
+        fns[i % len(fns)]()
+        times_us.append((time.perf_counter() - t) * 1e6)
+    return times_us
+
+
+def summarize(times_us: Sequence[float]) -> Timing:
+    if not times_us:
+        raise ValueError("summarize: no samples")
+    return Timing(statistics.median(times_us), min(times_us), max(times_us), len(times_us))
+
+
+def time_fns(
+    fns: Sequence[Callable[[], object]], device: torch.device, budget: Budget, flush: Flusher | None
+) -> Timing:
+    """Median time of calls rotated over `fns` (one per input set)."""
+    return summarize(time_samples(fns, device, budget, flush))
