@@ -166,3 +166,37 @@ def test_loader_without_the_kernels_package(build_dir, variant_dir, monkeypatch)
     assert callable(module.gemm) and callable(module.gemm_natural)
     with pytest.raises(run.UsageError, match="does not exist"):
         run.load_kernel(build_dir / "nope")
+
+
+def test_rounds_interleave_every_implementation(kernel, tmp_path, monkeypatch):
+    """--rounds N times each implementation in N rounds, rotating who goes first; the median is over all."""
+    from benchmarks import timing
+
+    order: list[str] = []
+    real = timing.time_samples
+
+    def spy(fns, device, budget, flush):
+        order.append(fns[0].__qualname__)
+        return real(fns, device, budget, flush)
+
+    monkeypatch.setattr(timing, "time_samples", spy)  # run.py imports it from timing at call time
+    args = [*TINY, "--out", str(tmp_path), "--no-plot", "--rounds", "3", "--impls", "gemm,torch_ref"]
+    assert run.main(args, kernel=kernel) == 0
+    doc = report.read(next(tmp_path.glob("*.json")))
+    assert doc["config"]["rounds"] == 3
+    for rec in doc["records"]:
+        assert len(rec["round_us"]) == 3
+        assert rec["us_min"] <= rec["us"] <= rec["us_max"]
+    per_layout = len(order) // len({r["layout"] for r in doc["records"]})
+    first = order[:per_layout]
+    assert per_layout == 6 and first[0] != first[2], f"the order did not rotate: {first}"
+
+
+def test_budget_per_round_shares_the_repetitions():
+    from benchmarks.timing import Budget
+
+    b = Budget(5, 0.05, 20, 200, 0.25)
+    assert b.per_round(1) is b
+    r = b.per_round(3)
+    assert (r.reps_min, r.reps_max, r.warmup_min) == (7, 67, 5)
+    assert abs(r.target_s - 0.25 / 3) < 1e-12
