@@ -15,6 +15,7 @@ struct Tuning {
   int raster = 0;
   int swizzle = 1;
   int splits = 1;
+  int kslices = 1;  // K slices of the fp32-partials configuration (used only with that configuration)
 };
 
 // Number of compiled GEMM configurations (see kNameCfg* in gemm_cuda_cfg*.cu).

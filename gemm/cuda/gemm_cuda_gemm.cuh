@@ -28,18 +28,20 @@ namespace gemm_cuda {
 enum class Sched { Cooperative, Pingpong };
 enum class Tiles { Persistent, StreamK };
 
-template <int TM, int TN, int CM, int CN, Sched S, Tiles T>
+// OutT: bf16 for the op's output; float for the K-sliced configuration, whose per-slice partial products
+// are summed and rounded by launch_kslice_reduce.
+template <int TM, int TN, int CM, int CN, Sched S, Tiles T, class OutT = cutlass::bfloat16_t>
 struct GemmConfig {
   using ElementA = cutlass::float_e4m3_t;
   using ElementB = cutlass::float_e4m3_t;
-  using ElementD = cutlass::bfloat16_t;
+  using ElementD = OutT;
   using ElementAcc = float;
   using ElementCompute = float;
   using LayoutA = cutlass::layout::RowMajor;     // x (M, K): K-contiguous
   using LayoutB = cutlass::layout::ColumnMajor;  // w (N, K): K-contiguous
   using LayoutD = cutlass::layout::RowMajor;     // out (M, N)
   static constexpr int kAlignAB = 16;            // elements (16 bytes)
-  static constexpr int kAlignD = 8;              // elements (16 bytes)
+  static constexpr int kAlignD = 16 / sizeof(OutT);  // elements (16 bytes)
 
   using TileShape = cute::Shape<cute::Int<TM>, cute::Int<TN>, cute::_128>;
   using ClusterShape = cute::Shape<cute::Int<CM>, cute::Int<CN>, cute::_1>;
@@ -94,6 +96,21 @@ typename Cfg::Gemm::Arguments make_arguments(GemmArgs const &g) {
   cute::get<0>(stride_d) = g.ldd;  // row stride of D (a padded scratch when N % 8 != 0)
   auto layout_sfa = Cfg::ScaleConfig::tile_atom_to_shape_SFA(cute::make_shape(g.M, g.N, g.K, 1));
   auto layout_sfb = Cfg::ScaleConfig::tile_atom_to_shape_SFB(cute::make_shape(g.M, g.N, g.K, 1));
+  int const S = g.kslices;
+  int const Ks = g.K / S;
+  if (S > 1) {
+    // K cut into S slices run as a batch of S GEMMs over the same tensors: batch s reads columns
+    // [s*Ks, (s+1)*Ks) of x and w (batch stride Ks, row stride still K) and K-blocks [s*Ks/128, ...)
+    // of both scale tensors, and writes its fp32 partial product to slice s of D (batch stride M*ldd).
+    using namespace cute;
+    cute::get<2>(stride_a) = Ks;
+    cute::get<2>(stride_b) = Ks;
+    cute::get<2>(stride_d) = static_cast<int64_t>(g.M) * g.ldd;
+    auto sfa = Cfg::ScaleConfig::tile_atom_to_shape_SFA(make_shape(g.M, g.N, Ks, S));
+    auto sfb = Cfg::ScaleConfig::tile_atom_to_shape_SFB(make_shape(g.M, g.N, Ks, S));
+    layout_sfa = make_layout(shape(sfa), make_stride(make_stride(_0{}, g.K / 128), make_stride(_0{}, _1{}), Ks / 128));
+    layout_sfb = make_layout(shape(sfb), make_stride(make_stride(_0{}, g.K / 128), make_stride(_0{}, _1{}), Ks / 128));
+  }
 
   cutlass::KernelHardwareInfo hw;
   hw.device_id = g.device;
@@ -101,7 +118,7 @@ typename Cfg::Gemm::Arguments make_arguments(GemmArgs const &g) {
 
   typename Cfg::Gemm::Arguments args{
       cutlass::gemm::GemmUniversalMode::kGemm,
-      {g.M, g.N, g.K, 1},
+      {g.M, g.N, Ks, S},
       {static_cast<typename Cfg::ElementA const *>(g.x), stride_a,
        static_cast<typename Cfg::ElementB const *>(g.w), stride_b, g.sx, layout_sfa, g.sw, layout_sfb},
       {{}, nullptr, stride_c, static_cast<typename Cfg::ElementD *>(g.d), stride_d},

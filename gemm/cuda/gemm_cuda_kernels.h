@@ -26,6 +26,9 @@ struct GemmArgs {
   int raster = 0;
   int swizzle = 1;
   int splits = 1;
+  // K cut into this many slices, run as one batched GEMM writing fp32 partials (K/128 divisible by it;
+  // only the fp32-output configuration, kKSliceConfig): more CTAs for shapes with few output tiles.
+  int kslices = 1;
 };
 
 // Every configuration provides these two functions. run returns 0 on success, otherwise a CUTLASS
@@ -49,6 +52,7 @@ GEMM_CUDA_DECLARE_CONFIG(1)
 GEMM_CUDA_DECLARE_CONFIG(2)
 GEMM_CUDA_DECLARE_CONFIG(3)
 GEMM_CUDA_DECLARE_CONFIG(4)
+GEMM_CUDA_DECLARE_CONFIG(5)
 
 #undef GEMM_CUDA_DECLARE_CONFIG
 
@@ -67,5 +71,10 @@ struct PrepArgs {
   int64_t M, N, K;
 };
 cudaError_t launch_seed_prep(PrepArgs const &p, cudaStream_t stream);
+
+// out[i] = bf16(sum over s < slices of parts[s * count + i]), i < count; count % 4 == 0, parts 16-byte
+// and out 8-byte aligned. Sums in slice order (deterministic). Returns the launch's cudaError_t.
+cudaError_t launch_kslice_reduce(float const *parts, int slices, int64_t count, void *out_bf16,
+                                 cudaStream_t stream);
 
 }  // namespace gemm_cuda
