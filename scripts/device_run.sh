@@ -76,8 +76,8 @@ PY
   timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernel tests/cuda/test_cuda_gpu.py 2>&1 \
     | tee "$OUT/pytest.log" | tail -n 25 || rc=1
   for tool in memcheck racecheck; do
-    n=3; [ $tool = racecheck ] && n=1
-    timeout 75 compute-sanitizer --tool $tool --print-limit 20 python3 tests/cuda/sanitize_calls.py --kernel-dir build \
+    n=3; [ $tool = racecheck ] && n=2  # the second shape takes the K-sliced path
+    timeout 120 compute-sanitizer --tool $tool --print-limit 20 python3 tests/cuda/sanitize_calls.py --kernel-dir build \
       --shapes $n > "$OUT/sanitizer_$tool.log" 2>&1
     echo "sanitizer $tool exit=$?"; tail -n 3 "$OUT/sanitizer_$tool.log"
   done

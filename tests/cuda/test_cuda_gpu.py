@@ -27,7 +27,9 @@ _seeds = itertools.count(5000)
 # Shapes chosen to cross the heuristic's tile choices (few tiles -> 64-row tiles, many -> 128x128,
 # narrow N with deep K), N % 8 != 0 (padded output), M % 16 != 0 (byte-wise seed transpose).
 SHAPES = [
-    (1024, 512, 7168),
+    (1024, 512, 7168),  # K-sliced, 4 slices
+    (512, 1024, 4096),  # K-sliced, 4 slices, shorter K
+    (1024, 640, 4608),  # K-sliced, 2 slices
     (1024, 576, 7168),
     (6144, 7168, 256),
     (2048, 2048, 1024),
