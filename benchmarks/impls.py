@@ -165,9 +165,9 @@ def _build_pertensor(ctx: Context, inp: Inputs, layout: str):
     x, w = inp.x, inp.w
     one = torch.ones((), dtype=torch.float32, device=ctx.device)
 
-    def ref() -> torch.Tensor:
+    def ref() -> tuple[torch.Tensor, torch.Tensor]:
         with fp32_matmul():
-            return x.float() @ w.float().t()
+            return x.float() @ w.float().t(), x.float().abs() @ w.float().abs().t()
 
     return (lambda: pertensor_fp8(x, w, one)), ref
 
@@ -183,17 +183,17 @@ def _build_bf16(ctx: Context, inp: Inputs, layout: str):
         a16, b16 = a32.to(torch.bfloat16), b32.to(torch.bfloat16)
         del a32, b32
 
-        def ref_seed() -> torch.Tensor:
+        def ref_seed() -> tuple[torch.Tensor, torch.Tensor]:
             with fp32_matmul():
-                return a16.float().t() @ b16.float()
+                return a16.float().t() @ b16.float(), a16.float().abs().t() @ b16.float().abs()
 
         return (lambda: torch.matmul(a16.t(), b16)), ref_seed
     x16 = dequantize_x(inp.x, inp.x_scale).to(torch.bfloat16)
     w16 = dequantize_w(inp.w, inp.w_scale).to(torch.bfloat16)
 
-    def ref() -> torch.Tensor:
+    def ref() -> tuple[torch.Tensor, torch.Tensor]:
         with fp32_matmul():
-            return x16.float() @ w16.float().t()
+            return x16.float() @ w16.float().t(), x16.float().abs() @ w16.float().abs().t()
 
     return (lambda: torch.matmul(x16, w16.t())), ref
 

@@ -211,18 +211,25 @@ class fp32_matmul:
         torch.set_float32_matmul_precision(self._prev)
 
 
-# A result that misses the elementwise criterion only on a few elements, with a normwise error at the
-# level of bf16 output rounding (1.7e-3), is accepted as "normwise": FP8 tensor cores (Hopper wgmma,
-# hence cuBLAS) accumulate with fewer bits than fp32, which moves near-zero outputs (cancellation) by more
-# than atol = 1e-3. A wrong result (a block or scale missed, a bad index) is off by 1e-1..1e0 normwise.
-NORMWISE_MAX_REL = 5e-3
-NORMWISE_MAX_BAD_FRACTION = 1e-2
+# Hopper's FP8 tensor cores add each instruction's products with fewer bits than fp32, which moves
+# outputs that cancel to near zero by more than atol = 1e-3 (benchmarks/precision.py measures it; torch's
+# blockwise and per-tensor FP8 paths do the same). Such a result is accepted, per element, when
+# |out - ref| <= ATOL + RTOL |ref| + ACCUMULATION_ALLOWANCE * sum_k |terms|: the rule the tests hold the
+# cuda backend to (gemm.reference.ACCUMULATION_ALLOWANCE["cuda"]; tests/benchmarks keeps them equal).
+# A wrong element (a missed block or scale, a bad index, an unwritten tile) fails it.
+ACCUMULATION_ALLOWANCE = 2.0**-11
+
+
+def magnitude(inp: Inputs) -> torch.Tensor:
+    """sum over k of |x_scale * x| * |w_scale * w| for every output, (M, N) fp32: what the allowance scales."""
+    with fp32_matmul():
+        return dequantize_x(inp.x, inp.x_scale).abs() @ dequantize_w(inp.w, inp.w_scale).abs().t()
 
 
 @dataclass(frozen=True)
 class Check:
-    ok: bool  # accepted: elementwise, or normwise (see above)
-    mode: str  # "elementwise" | "normwise" | "failed"
+    ok: bool  # accepted: elementwise, or by the FP8-accumulation rule (see above)
+    mode: str  # "elementwise" | "fp8-accumulation" | "failed"
     bad: int  # elements outside the elementwise tolerance (or non-finite where the reference is finite)
     numel: int
     max_abs_err: float
@@ -230,8 +237,9 @@ class Check:
     message: str
 
 
-def check(out: torch.Tensor, ref: torch.Tensor) -> Check:
-    """Check `out` against the fp32 reference `ref`: the contract's elementwise criterion, else normwise."""
+def check(out: torch.Tensor, ref: torch.Tensor, terms: torch.Tensor | None = None) -> Check:
+    """Check `out` against the fp32 reference `ref`: the contract's elementwise criterion, else (given the
+    terms' magnitude) the same criterion per element plus ACCUMULATION_ALLOWANCE * terms."""
     numel = ref.numel()
     if tuple(out.shape) != tuple(ref.shape):
         return Check(
@@ -256,7 +264,10 @@ def check(out: torch.Tensor, ref: torch.Tensor) -> Check:
         f"{bad} of {numel} elements outside |out-ref| <= {ATOL} + {RTOL}*|ref| (worst [{i},{j}]: out "
         f"{float(o.flatten()[worst]):.6g}, ref {float(r.flatten()[worst]):.6g}); rel Frobenius err {rel:.3g}"
     )
-    finite_out = bool(torch.isfinite(err).all())
-    if finite_out and rel <= NORMWISE_MAX_REL and bad <= NORMWISE_MAX_BAD_FRACTION * numel:
-        return Check(True, "normwise", bad, numel, max_abs, rel, "accepted normwise: " + detail)
+    if terms is not None:
+        widened = tol + ACCUMULATION_ALLOWANCE * terms.float()
+        still_bad = int(((err > widened) & finite_ref).sum())
+        if not still_bad:
+            return Check(True, "fp8-accumulation", bad, numel, max_abs, rel, "accepted (FP8 accumulation): " + detail)
+        detail += f"; {still_bad} outside even with the FP8-accumulation allowance"
     return Check(False, "failed", bad, numel, max_abs, rel, detail)
