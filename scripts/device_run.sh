@@ -3,6 +3,7 @@
 #   bash scripts/device_run.sh jit     # JIT build + correctness + timing + sanitizers (no build stage)
 #   bash scripts/device_run.sh full    # build stage + kernels load + pytest + sanitizers + benchmarks.run
 #   bash scripts/device_run.sh study   # build stage + benchmarks.precision + benchmarks.run (no tests)
+#   bash scripts/device_run.sh test    # build stage + pytest (tests/kernel, tests/cuda) only
 # Logs and results go to $OUT. See gemm/cuda/NOTES.md.
 set -u -o pipefail
 mode=${1:-jit}
@@ -65,6 +66,11 @@ PY
     timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernel tests/cuda/test_cuda_gpu.py \
       --deselect tests/kernel/test_bad_input.py::test_direct_op_call_is_checked_in_cpp 2>&1 | tee "$OUT/pytest.log" | tail -n 30
     exit 0
+  fi
+  if [ "$mode" = test ]; then
+    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/kernel tests/cuda/test_cuda_gpu.py 2>&1 \
+      | tee "$OUT/pytest.log" | tail -n 25 || rc=1
+    exit $rc
   fi
   timeout 150 python3 -m benchmarks.precision --build-dir build --out "$OUT/h200" \
     --shapes "${PRECISION_SHAPES:-64x64x128,128x512x7168,96x4608x7168,1024x4096x512,1024x1536x7168,1024x7168x2304,6144x512x7168}" \

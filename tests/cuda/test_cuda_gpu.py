@@ -30,6 +30,9 @@ SHAPES = [
     (1024, 512, 7168),  # K-sliced, 4 slices
     (512, 1024, 4096),  # K-sliced, 4 slices, shorter K
     (1024, 640, 4608),  # K-sliced, 2 slices
+    (1, 4096, 4096),  # K-sliced with a single row
+    (100, 4104, 4608),  # K-sliced, 33 tiles (4 slices fill 132 SMs exactly)
+    (300, 2001, 4096),  # K-sliced, 2 slices, N % 8 != 0 (padded w and output)
     (1024, 576, 7168),
     (6144, 7168, 256),
     (2048, 2048, 1024),
