@@ -38,8 +38,9 @@ class Impl:
     name: str  # key in the JSON (`impl`, `ratio_vs_<name>`)
     label: str  # for tables and plots
     layouts: tuple[str, ...]
-    build: Callable[[Context, Inputs, str], tuple[Fn, Callable[[], torch.Tensor] | None]]
-    # build(ctx, inputs, layout) -> (call, own_reference or None for the op's reference)
+    build: Callable[[Context, Inputs, str], tuple[Fn, Callable[[], tuple[torch.Tensor, torch.Tensor]] | None]]
+    # build(ctx, inputs, layout) -> (call, own_reference or None for the op's reference); own_reference()
+    # returns (fp32 product of exactly the peer's inputs, the sum of its terms' magnitudes)
     available: Callable[[Context], str | None] = field(default=lambda ctx: None)  # None = available, else why not
     peer: bool = True
 

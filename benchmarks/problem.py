@@ -217,7 +217,7 @@ class fp32_matmul:
 # |out - ref| <= ATOL + RTOL |ref| + ACCUMULATION_ALLOWANCE * sum_k |terms|: the rule the tests hold the
 # cuda backend to (gemm.reference.ACCUMULATION_ALLOWANCE["cuda"]; tests/benchmarks keeps them equal).
 # A wrong element (a missed block or scale, a bad index, an unwritten tile) fails it.
-ACCUMULATION_ALLOWANCE = 2.0**-11
+ACCUMULATION_ALLOWANCE = 2.0**-10
 
 
 def magnitude(inp: Inputs) -> torch.Tensor:
@@ -228,8 +228,8 @@ def magnitude(inp: Inputs) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Check:
-    ok: bool  # accepted: elementwise, or by the FP8-accumulation rule (see above)
-    mode: str  # "elementwise" | "fp8-accumulation" | "failed"
+    ok: bool  # accepted: elementwise, or with the accumulation allowance (see above)
+    mode: str  # "elementwise" | "accumulation-allowance" | "failed"
     bad: int  # elements outside the elementwise tolerance (or non-finite where the reference is finite)
     numel: int
     max_abs_err: float
@@ -239,7 +239,8 @@ class Check:
 
 def check(out: torch.Tensor, ref: torch.Tensor, terms: torch.Tensor | None = None) -> Check:
     """Check `out` against the fp32 reference `ref`: the contract's elementwise criterion, else (given the
-    terms' magnitude) the same criterion per element plus ACCUMULATION_ALLOWANCE * terms."""
+    terms' magnitude: the caller passes it on cuda only) the same criterion per element plus
+    ACCUMULATION_ALLOWANCE * terms."""
     numel = ref.numel()
     if tuple(out.shape) != tuple(ref.shape):
         return Check(
@@ -268,6 +269,7 @@ def check(out: torch.Tensor, ref: torch.Tensor, terms: torch.Tensor | None = Non
         widened = tol + ACCUMULATION_ALLOWANCE * terms.float()
         still_bad = int(((err > widened) & finite_ref).sum())
         if not still_bad:
-            return Check(True, "fp8-accumulation", bad, numel, max_abs, rel, "accepted (FP8 accumulation): " + detail)
-        detail += f"; {still_bad} outside even with the FP8-accumulation allowance"
+            note = "accepted with the accumulation allowance: " + detail
+            return Check(True, "accumulation-allowance", bad, numel, max_abs, rel, note)
+        detail += f"; {still_bad} outside even with the accumulation allowance"
     return Check(False, "failed", bad, numel, max_abs, rel, detail)

@@ -436,7 +436,9 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
     for shape in shapes:
         sets = [make_inputs(shape, device, fp8_dtype, gen) for _ in range(nsets)]
         op_ref = reference(sets[0])
-        op_terms = magnitude(sets[0])
+        # The accumulation allowance is the cuda backend's rule only (Hopper FP8 tensor cores); elsewhere
+        # every implementation is held to the contract's plain rule, as the tests hold cpu and rocm.
+        op_terms = magnitude(sets[0]) if backend == "cuda" else None
         for layout in layouts:
             # Build and check every implementation first, then time them interleaved (timing.py says why).
             ready = []  # (impl, where, fns, verdict)
@@ -451,6 +453,7 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
                     out = fns[0]()
                     own_ref = built[0][1]  # a peer that computes on other inputs: (its ref, its terms)
                     ref, terms = own_ref() if own_ref is not None else (op_ref, op_terms)
+                    terms = terms if backend == "cuda" else None
                     verdict = check(out, ref, terms)
                     del ref, terms
                     del out, built
@@ -465,7 +468,9 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
             round_medians: dict[str, list[float]] = {impl.name: [] for impl, *_ in ready}
             failed: set[str] = set()
             for r in range(rounds if ready else 0):
-                shift = r % len(ready)  # rotate the order so no implementation always runs first
+                # Rotate the order so no implementation always runs first (spread over the rounds when
+                # there are more implementations than rounds).
+                shift = r % len(ready) if rounds >= len(ready) else (r * len(ready)) // rounds
                 for impl, where, fns, _ in ready[shift:] + ready[:shift]:
                     if impl.name in failed:
                         continue
@@ -524,8 +529,8 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
             "rounds": rounds,
             "tolerance": (
                 f"elementwise |out - ref| <= {ATOL} + {RTOL} |ref| against the fp32 reference; else accepted "
-                f"as 'fp8-accumulation' when every element is within that plus {ACCUMULATION_ALLOWANCE:.3g} x "
-                "sum|terms| (count outside the plain rule in outside_tol)"
+                f"on cuda, as 'accumulation-allowance' when every element is within that plus "
+                f"{ACCUMULATION_ALLOWANCE:.3g} x sum|terms| (count outside the plain rule in outside_tol)"
             ),
         },
         "sol": None if sol is None else sol.to_json(),

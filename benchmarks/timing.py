@@ -85,12 +85,15 @@ def llc_bytes(device: torch.device) -> int:
 class Flusher:
     """Writes a buffer twice the size of the last-level cache (at least 64 MB).
 
-    On CUDA it then queues a short spin (`torch.cuda._sleep`, ~50 us at H200 clocks): the GPU is still busy
-    when the start event is recorded, so the host's own time for the call (Python checks, allocation,
-    launches) overlaps it instead of showing up as GPU idle time between the two events.
+    On CUDA it then queues a spin (`torch.cuda._sleep`) long enough to cover the host's own time for the
+    call (Python checks, allocation, launches: measured during warm-up by `time_samples`), so the GPU is
+    still busy when the start event is recorded and host time never shows up as idle GPU time between the
+    two events.
     """
 
-    SPIN_CYCLES = 100_000
+    MIN_SPIN_US = 50.0
+    MAX_SPIN_US = 2000.0
+    CYCLES_PER_US = 2000  # _sleep counts SM clock cycles; ~2 GHz boost clocks on H200 (and MI300X)
 
     def __init__(self, device: torch.device) -> None:
         self.nbytes = max(2 * llc_bytes(device), 64 << 20)
@@ -98,11 +101,12 @@ class Flusher:
         self._i = 0
         self._spin = device.type == "cuda" and hasattr(torch.cuda, "_sleep")
 
-    def __call__(self) -> None:
+    def __call__(self, spin_us: float = MIN_SPIN_US) -> None:
         self._i += 1
         self.buf.fill_(self._i)
         if self._spin:
-            torch.cuda._sleep(self.SPIN_CYCLES)
+            spin_us = min(max(spin_us, self.MIN_SPIN_US), self.MAX_SPIN_US)
+            torch.cuda._sleep(int(spin_us * self.CYCLES_PER_US))
 
 
 def sync(device: torch.device) -> None:
@@ -116,21 +120,27 @@ def time_samples(
     """Times (us) of calls rotated over `fns` (one per input set), after a warm-up."""
     if not fns:
         raise ValueError("time_fns: no function to time")
-    # Warm-up, also giving a first estimate of one call.
+    # Warm-up, also giving a first estimate of one call and of the host's own time per call (launch
+    # returns before the GPU finishes; the first call may initialise things, so it does not count).
     n = 0
+    host_us = 0.0
     t0 = time.perf_counter()
     while n < budget.warmup_min or time.perf_counter() - t0 < budget.warmup_s:
+        t_call = time.perf_counter()
         fns[n % len(fns)]()
+        if n:
+            host_us = max(host_us, (time.perf_counter() - t_call) * 1e6)
         n += 1
         sync(device)
     estimate = max((time.perf_counter() - t0) / n, 1e-7)
+    spin_us = 1.5 * host_us + 20.0
     reps = int(min(budget.reps_max, max(budget.reps_min, budget.target_s / estimate)))
     if device.type == "cuda":
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         for i in range(reps):
             if flush is not None:
-                flush()
+                flush(spin_us)
             starts[i].record()
             fns[i % len(fns)]()
             ends[i].record()

@@ -123,14 +123,14 @@ def reference(x, w, xs, ws) -> torch.Tensor:
 
 
 def magnitude(x, w, xs, ws) -> torch.Tensor:
-    """sum_k |terms| per output: what the FP8-accumulation allowance scales (benchmarks.problem)."""
+    """sum_k |terms| per output: what the accumulation allowance scales (benchmarks.problem)."""
     xf, wf = _dequantized(x, w, xs, ws)
     return xf.abs() @ wf.abs().t()
 
 
 def check_close(out: torch.Tensor, ref: torch.Tensor, terms: torch.Tensor | None = None) -> dict:
     """ok = the contract's elementwise tolerance, else (given terms) benchmarks.problem.check's
-    FP8-accumulation rule."""
+    accumulation allowance."""
     from benchmarks.problem import check
 
     verdict = check(out, ref, terms)
