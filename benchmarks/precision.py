@@ -30,7 +30,7 @@ import torch
 
 from .problem import ATOL, BLOCK, RTOL, Shape, dequantize_w, dequantize_x, fp32_matmul, make_inputs, parse_shapes
 
-DEFAULT_SHAPES = "64x64x128,128x512x7168,1024x4096x512,1024x1536x7168,6144x512x7168"
+DEFAULT_SHAPES = "64x64x128,4096x4096x128,6144x7168x256,128x512x7168,1024x4096x512,1024x1536x7168,6144x512x7168"
 
 
 def exact(x: torch.Tensor, sx: torch.Tensor, w: torch.Tensor, sw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

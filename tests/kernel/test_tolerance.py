@@ -33,9 +33,12 @@ def test_magnitude_bounds_the_result_and_matches_across_layouts(ref_mod):
     assert torch.allclose(ref_mod.natural_magnitude(*p.natural()), terms, rtol=1e-6)
 
 
-def _reduced_precision_product(p, frac_bits: int = 12, chunk: int = 32) -> torch.Tensor:
+def _reduced_precision_product(p, frac_bits: int = 11, chunk: int = 32) -> torch.Tensor:
     """A model of an FP8 tensor core that keeps `frac_bits` below the largest term of each k-chunk:
-    every chunk's exact sum is truncated to that grid, then block-scaled and added in fp32."""
+    every chunk's exact sum is truncated to that grid, then block-scaled and added in fp32. With 11 bits
+    it is coarser than the H200 measured (up to 2.9e-4 ~ 2^-11.7 of a k=32 product's magnitude); its error
+    is at most 2^-11 of the magnitude, half the allowance: this checks that the allowance covers such an
+    accumulator with room to spare, not the hardware itself (tests/cuda and benchmarks.precision do)."""
     K, M = p.a.shape
     N = p.b.shape[1]
     a, b = p.a.double(), p.b.double()
