@@ -10,6 +10,7 @@
 namespace gemm_cuda {
 
 // D(M, N) bf16 (row stride ldd elements) = sum_kb sx[m, kb] * sw[n/128, kb] * x[m, kb-block] . w[n, kb-block]
+// (the K-sliced configuration writes kslices fp32 partials of D instead, slice s at d + s * M * ldd)
 // x (M, K) fp8 e4m3fn row-major, w (N, K) fp8 row-major, sx (M, K/128) f32, sw (ceil(N/128), K/128) f32.
 struct GemmArgs {
   void *d;
