@@ -44,11 +44,11 @@ def gemm_natural_reference(
     return (x32 @ w32.T).to(torch.bfloat16)
 
 
-# Per backend: c in |out - ref| <= 1e-3 + 2e-2 |ref| + c * magnitude. For cuda, 2^-10 (9.8e-4): the worst
-# error measured for ONE 128-deep block (four k=32 products) is 4.3e-4 of its magnitude, and a problem
-# with K = 128 or 256 has nearly all its error in one or two blocks; deeper K needs less (measured c:
-# 7.7e-5 at K=512, 1.5e-5 at K=7168). A missed K-block, a wrong scale or a shifted K still moves outputs
-# by many times the allowance and fails (tests/kernel/test_tolerance.py).
+# Per backend: c in |out - ref| <= 1e-3 + 2e-2 |ref| + c * magnitude. For cuda, 2^-10 (9.8e-4): one
+# 128-deep block (four k=32 products) was measured off by up to 4.3e-4 of its magnitude, and a problem
+# with K = 128 or 256 has nearly all its error in one or two blocks. The c actually needed, measured on
+# the H200: 8.7e-5 (K=128), 1.2e-4 (K=256), 7.7e-5 (K=512), 1.5e-5 (K=7168): at least 8x below. A missed
+# K-block, a wrong scale or a shifted K still fails (tests/kernel/test_tolerance.py).
 ACCUMULATION_ALLOWANCE = {"cpu": 0.0, "rocm": 0.0, "cuda": 2.0**-10}
 
 
