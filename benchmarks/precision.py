@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from .problem import ATOL, BLOCK, RTOL, Shape, dequantize_w, dequantize_x, fp32_matmul, make_inputs, parse_shapes
+from .problem import ATOL, BLOCK, RTOL, dequantize_w, dequantize_x, make_inputs, parse_shapes, reference
 
 DEFAULT_SHAPES = "64x64x128,4096x4096x128,6144x7168x256,128x512x7168,1024x4096x512,1024x1536x7168,6144x512x7168"
 
@@ -101,11 +101,7 @@ def methods(kernel, inp):
     out["promote_every_32"] = lambda: chunked_fp8(x, sx, w, sw, 32).float().to(torch.bfloat16)
     out["promote_every_128"] = lambda: chunked_fp8(x, sx, w, sw, 128).float().to(torch.bfloat16)
 
-    def fp32_ref():
-        with fp32_matmul():
-            return (dequantize_x(x, sx) @ dequantize_w(w, sw).t()).to(torch.bfloat16)
-
-    out["fp32_cuda_cores"] = fp32_ref
+    out["fp32_cuda_cores"] = lambda: reference(inp).to(torch.bfloat16)
     return out
 
 
@@ -127,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     gen = torch.Generator().manual_seed(args.seed)
     rows = []
     for shape in parse_shapes(args.shapes):
-        inp = make_inputs(Shape(shape.m, shape.n, shape.k), "cuda", torch.float8_e4m3fn, gen)
+        inp = make_inputs(shape, "cuda", torch.float8_e4m3fn, gen)
         ref, absum = exact(inp.x, inp.x_scale, inp.w, inp.w_scale)
         for name, fn in methods(kernel, inp).items():
             try:

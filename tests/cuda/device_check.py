@@ -111,10 +111,9 @@ def to_seed(x, w, xs, ws):
 
 
 def _dequantized(x, w, xs, ws) -> tuple[torch.Tensor, torch.Tensor]:
-    n = w.shape[0]
-    xf = x.float() * xs.repeat_interleave(BLOCK, dim=1)
-    wsf = ws.repeat_interleave(BLOCK, dim=0)[:n].repeat_interleave(BLOCK, dim=1)
-    return xf, w.float() * wsf
+    from benchmarks.problem import dequantize_w, dequantize_x
+
+    return dequantize_x(x, xs), dequantize_w(w, ws)
 
 
 def reference(x, w, xs, ws) -> torch.Tensor:

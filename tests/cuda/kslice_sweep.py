@@ -23,21 +23,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.impls import _blockwise, blockwise_scale_a, blockwise_scale_b  # noqa: E402
-from benchmarks.problem import dequantize_w, dequantize_x, fp32_matmul, make_inputs, parse_shapes  # noqa: E402
+from benchmarks.problem import check, magnitude, make_inputs, parse_shapes, reference  # noqa: E402
 from benchmarks.timing import Budget, Flusher, time_samples  # noqa: E402
 from tests.cuda.device_check import load_jit  # noqa: E402
 
 KSLICE_CFG = 5
-ALLOWANCE = 2.0**-10  # gemm.reference.ACCUMULATION_ALLOWANCE["cuda"]
-
-
-def accurate(out, x, w, xs, ws) -> bool:
-    with fp32_matmul():
-        xd, wd = dequantize_x(x, xs), dequantize_w(w, ws)
-        ref = xd @ wd.t()
-        terms = xd.abs() @ wd.abs().t()
-    err = (out.float() - ref.to(torch.bfloat16).float()).abs()
-    return bool((err <= 1e-3 + 2e-2 * ref.abs() + ALLOWANCE * terms).all())
 
 
 def calls(mod, sets, outs, cfg: int, slices: int) -> list:
@@ -75,6 +65,7 @@ def main() -> int:
             (lambda s=s, sc=sc: _blockwise(s.x, s.w, sc[0], sc[1])) for s, sc in zip(sets, scales, strict=True)
         ]
         row = {"m": m, "n": n, "k": k, "pick_tuning": list(mod.pick_tuning(m, n, k))}
+        ref, terms = reference(sets[0]), magnitude(sets[0])  # the cuda backend's rule (benchmarks.problem)
         ok = {}
         for name, fns in list(variants.items()):
             try:
@@ -85,7 +76,7 @@ def main() -> int:
                 del variants[name]
                 continue
             out = outs[0] if out is None else out
-            ok[name] = accurate(out, sets[0].x, sets[0].w, sets[0].x_scale, sets[0].w_scale)
+            ok[name] = check(out, ref, terms).ok
         samples: dict[str, list[float]] = {name: [] for name in variants}
         names = list(variants)
         for r in range(args.rounds):
@@ -99,7 +90,7 @@ def main() -> int:
         row["best_ks"] = best
         print(json.dumps(row), flush=True)
         rows.append(row)
-        del sets, outs, variants, samples
+        del sets, outs, variants, samples, ref, terms
         torch.cuda.empty_cache()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "kslice_sweep.json").write_text(json.dumps(rows, indent=1) + "\n")
