@@ -169,6 +169,20 @@ struct Stager {
   static constexpr int NREG = LAYOUT == kNatural ? Cfg::NAT_CHUNKS * 4 : Cfg::SEED_UNITS_PER_WAVE * 8;
   uint32_t r[NREG];
 
+  // Seed unit `unit` (wave-uniform): which operand, its 64-row block mu and its 32-K block ku within the
+  // stage. A's units come first, ordered by row block within each K block.
+  struct SeedUnit {
+    bool isA;
+    int mu, ku;
+  };
+  __device__ __forceinline__ static SeedUnit seed_unit(int unit) {
+    constexpr int UA = BM / 64 * (kStageK / 32);
+    const bool isA = unit < UA;
+    const int u = isA ? unit : unit - UA;
+    const int mus = (isA ? BM : BN) / 64;
+    return {isA, u % mus, u / mus};
+  }
+
   // k0: first K of the stage. m0/n0: first row/column of the block tile.
   __device__ __forceinline__ void load(const Args& p, int m0, int n0, int k0, int tid, int wave) {
     const int lane = tid & 63;
@@ -216,11 +230,9 @@ struct Stager {
       for (int j = 0; j < Cfg::SEED_UNITS_PER_WAVE; ++j) {
         const int unit = wave + j * Cfg::WAVES;  // wave-uniform
         if (unit >= Cfg::SEED_UNITS) break;
-        constexpr int UA = BM / 64 * (kStageK / 32);
-        const bool isA = unit < UA;
-        const int u = isA ? unit : unit - UA;
-        const int mus = (isA ? BM : BN) / 64;
-        const int mu = u % mus, ku = u / mus;
+        const SeedUnit s = seed_unit(unit);
+        const bool isA = s.isA;
+        const int mu = s.mu, ku = s.ku;
         const uint8_t* X = isA ? p.a : p.b;
         const int E = isA ? p.M : p.N;
         const int urow = (isA ? m0 : n0) + mu * 64;
@@ -268,12 +280,9 @@ struct Stager {
       for (int j = 0; j < Cfg::SEED_UNITS_PER_WAVE; ++j) {
         const int unit = wave + j * Cfg::WAVES;
         if (unit >= Cfg::SEED_UNITS) break;
-        constexpr int UA = BM / 64 * (kStageK / 32);
-        const bool isA = unit < UA;
-        const int u = isA ? unit : unit - UA;
-        const int mus = (isA ? BM : BN) / 64;
-        const int mu = u % mus, ku = u / mus;
-        const int row0 = (isA ? 0 : BM) + mu * 64 + 4 * ch;
+        const SeedUnit s = seed_unit(unit);
+        const int ku = s.ku;
+        const int row0 = (s.isA ? 0 : BM) + s.mu * 64 + 4 * ch;
         uint32_t lo[4], hi[4];
         transpose4x4(r[8 * j + 0], r[8 * j + 1], r[8 * j + 2], r[8 * j + 3], lo);
         transpose4x4(r[8 * j + 4], r[8 * j + 5], r[8 * j + 6], r[8 * j + 7], hi);
