@@ -4,6 +4,7 @@
 #   bash scripts/device_run.sh full    # build stage + kernels load + pytest + sanitizers + benchmarks.run
 #   bash scripts/device_run.sh study   # build stage + benchmarks.precision + benchmarks.run (no tests)
 #   bash scripts/device_run.sh test    # build stage + pytest (tests/kernel, tests/cuda) only
+#   bash scripts/device_run.sh check   # test + sanitizers + Nsight Compute counters (PROFILE_SHAPE)
 # Logs and results go to $OUT. See gemm/cuda/NOTES.md.
 set -u -o pipefail
 mode=${1:-jit}
@@ -18,6 +19,14 @@ export TORCH_CUDA_ARCH_LIST=9.0a MAX_JOBS=16 PYTHONUNBUFFERED=1
 [ -x /usr/bin/g++ ] && export CXX=/usr/bin/g++
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
 rc=0
+# compute-sanitizer on the built variant: shape 2 takes the K-sliced path, shape 3 the hand-written kernel.
+sanitize() {
+  for tool in memcheck racecheck; do
+    timeout 150 compute-sanitizer --tool $tool --print-limit 20 python3 tests/cuda/sanitize_calls.py --kernel-dir build \
+      --shapes 3 > "$OUT/sanitizer_$tool.log" 2>&1
+    echo "sanitizer $tool exit=$?"; tail -n 3 "$OUT/sanitizer_$tool.log"
+  done
+}
 if [ "$mode" = jit ]; then
   prebuilt=()
   [ -d .cache/cuda_prebuilt ] && prebuilt=(--prebuilt .cache/cuda_prebuilt)
@@ -67,9 +76,17 @@ PY
       --deselect tests/kernel/test_bad_input.py::test_direct_op_call_is_checked_in_cpp 2>&1 | tee "$OUT/pytest.log" | tail -n 30
     exit 0
   fi
-  if [ "$mode" = test ]; then
+  if [ "$mode" = test ] || [ "$mode" = check ]; then
     timeout 200 python3 -m pytest -q -p no:cacheprovider tests/kernel tests/cuda/test_cuda_gpu.py 2>&1 \
       | tee "$OUT/pytest.log" | tail -n 25 || rc=1
+    [ "$mode" = test ] && exit $rc
+    sanitize
+    # Hardware counters of ours and torch's blockwise kernel on one compute-bound shape.
+    timeout 150 ncu --clock-control none -k 'regex:wgmma|Gemm|gemm|xmma' --section SpeedOfLight \
+      --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats \
+      --section LaunchStats python3 tests/cuda/profile_calls.py --kernel-dir build \
+      --shape "${PROFILE_SHAPE:-6144x4608x7168}" > "$OUT/ncu.txt" 2>&1
+    echo "ncu exit=$?"; grep -E "bit-identical|^  [a-z_]+.*gemm|Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput" "$OUT/ncu.txt" | head -n 30
     exit $rc
   fi
   timeout 150 python3 -m benchmarks.precision --build-dir build --out "$OUT/h200" \
@@ -81,12 +98,7 @@ PY
   [ "$mode" = study ] && exit $rc
   timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernel tests/cuda/test_cuda_gpu.py 2>&1 \
     | tee "$OUT/pytest.log" | tail -n 25 || rc=1
-  for tool in memcheck racecheck; do
-    n=3; [ $tool = racecheck ] && n=2  # the second shape takes the K-sliced path
-    timeout 120 compute-sanitizer --tool $tool --print-limit 20 python3 tests/cuda/sanitize_calls.py --kernel-dir build \
-      --shapes $n > "$OUT/sanitizer_$tool.log" 2>&1
-    echo "sanitizer $tool exit=$?"; tail -n 3 "$OUT/sanitizer_$tool.log"
-  done
+  sanitize
 fi
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv >> "$OUT/gpu.txt" 2>&1
 exit $rc

@@ -29,11 +29,14 @@ namespace {
 constexpr int64_t kBlock = 128;
 // The configuration that writes fp32 partials per K slice (gemm_cuda_cfg5.cu); the others write bf16.
 constexpr int kKSliceConfig = 5;
+// The hand-written wgmma kernel with 128x192 tiles (gemm_cuda_wgmma.cu); it needs N % 8 == 0.
+constexpr int kWide192Config = 7;
 
 ConfigEntry const kConfigs[] = {
     {kNameCfg0, &workspace_cfg0, &run_cfg0}, {kNameCfg1, &workspace_cfg1, &run_cfg1},
     {kNameCfg2, &workspace_cfg2, &run_cfg2}, {kNameCfg3, &workspace_cfg3, &run_cfg3},
     {kNameCfg4, &workspace_cfg4, &run_cfg4}, {kNameCfg5, &workspace_cfg5, &run_cfg5},
+    {kNameCfg6, &workspace_cfg6, &run_cfg6}, {kNameCfg7, &workspace_cfg7, &run_cfg7},
 };
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
 
@@ -135,12 +138,27 @@ char const *config_name(int cfg) {
   return kConfigs[cfg].name;
 }
 
+// Average occupancy of the waves that `tiles` equal tiles make on `sms` SMs (1.0: the last wave is full).
+static double wave_fill(int64_t tiles, int64_t sms) {
+  int64_t const waves = (tiles + sms - 1) / sms;
+  return waves == 0 ? 0.0 : static_cast<double>(tiles) / static_cast<double>(waves * sms);
+}
+
 // Measured on one H200 (NOTES.md, run 2): every configuration and scheduler variant on the 18 challenge
 // shapes and 8192^3; these rules reproduce the per-shape winners (or a variant within ~3% of it).
 Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   constexpr int64_t kSms = 132;  // H100/H200 SXM; only the choice depends on it, not correctness
   int64_t const tiles = ((M + 127) / 128) * ((N + 127) / 128);
   Tuning t;
+  // The hand-written 128x192 kernel (gemm_cuda_wgmma.cu) when its tiles fill at least one wave and its
+  // waves are fuller than 128x128's: measured (run 13, tests/cuda/config_sweep.py) 8192^3 1031 us vs
+  // 1158, 6144x7168x256 36.6 vs 42.8, 6144x4096x512 34.1 vs 37.4, 1024x3072x1536 15.3 vs 17.6; within
+  // ~3% of the CUTLASS pick on the other large shapes it takes; slower where its waves are emptier.
+  int64_t const tiles192 = ((M + 127) / 128) * ((N + 191) / 192);
+  if (wave_fill(tiles192, kSms) > wave_fill(tiles, kSms) + 0.01 && 10 * tiles192 >= 9 * kSms) {
+    t.cfg = kWide192Config;
+    return t;
+  }
   if (K <= 512) {  // output-bound: ping-pong overlaps one tile's epilogue with the next one's mainloop
     t.cfg = 2;
     t.raster = 2;

@@ -20,8 +20,17 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import device_check as dc  # noqa: E402
 
-# (512, 1024, 4096): the K-sliced configuration (fp32 partials + summing pass).
-SHAPES = [(64, 576, 256), (512, 1024, 4096), (200, 300, 640), (96, 1024, 256), (256, 512, 384), (1, 1, 128)]
+# (512, 1024, 4096): the K-sliced configuration (fp32 partials + summing pass); (1000, 2999, 512): the
+# hand-written 128x192 wgmma kernel with partial tiles.
+SHAPES = [
+    (64, 576, 256),
+    (512, 1024, 4096),
+    (1000, 2999, 512),
+    (200, 300, 640),
+    (96, 1024, 256),
+    (256, 512, 384),
+    (1, 1, 128),
+]
 
 
 def main() -> int:

@@ -34,7 +34,9 @@ SHAPES = [
     (100, 4104, 4608),  # K-sliced, 33 tiles (4 slices fill 132 SMs exactly)
     (300, 2001, 4096),  # K-sliced, 2 slices, N % 8 != 0 (padded w and output)
     (1024, 576, 7168),
-    (6144, 7168, 256),
+    (6144, 7168, 256),  # hand-written 128x192 kernel (gemm_cuda_wgmma.cu)
+    (1024, 3072, 1536),  # 128x192, N tiles straddling two w_scale blocks (n0 % 128 == 64)
+    (1000, 2999, 512),  # 128x192, M and N partial tiles, N % 8 != 0 (padded w and output)
     (2048, 2048, 1024),
     (1, 4096, 1024),
     (8, 8, 128),

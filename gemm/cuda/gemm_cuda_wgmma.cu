@@ -1,0 +1,360 @@
+// A hand-written sm_90a FP8 block-scaled GEMM (configurations 6 and 7, see gemm_cuda_kernels.h), for the
+// tile shapes CUTLASS 4.2's blockwise collective cannot build: 128 x 192 output tiles (its builder wants
+// the N tile to equal the 128-wide B-scale block) beside a plain 128 x 128 one to compare against.
+//
+// Structure (one CTA per SM, persistent, 3 warpgroups):
+//   warpgroup 0    producer: one thread streams 128 x 128 (x) and BN x 128 (w) FP8 tiles of each K block
+//                  into a ring of shared-memory stages with TMA (128-byte swizzle), mbarrier-tracked;
+//   warpgroups 1-2 consumers: 64 rows each; per K block 4 wgmma m64nBNk32 into a fresh fp32
+//                  accumulator, then the promotion `out += acc * x_scale[row] * w_scale[col block]` in
+//                  fp32 registers (the contract's per-block scaling, the same arithmetic as CUTLASS's
+//                  and cuBLASLt's blockwise kernels), then the stage goes back to the producer;
+//                  epilogue: bf16 into 128-byte-swizzled shared memory, TMA store (clipped at M, N).
+// A 192-wide N tile straddles two 128-wide w_scale blocks; which columns take which scale depends only on
+// n0 % 128 (0 or 64 for BN = 192), so the promotion is compiled for both splits and picked per tile.
+//
+// The fragment layout of a wgmma m64nNk32 fp32 accumulator (PTX ISA, "Register fragments"): thread t of
+// the warpgroup holds, for j < N/8, d[4j + 2h + e] = D[16 (t/32) + (t%32)/4 + 8h][8j + 2 (t%4) + e].
+
+#include <cuda.h>  // CUtensorMap and its enums (types only: the encoder is fetched from the driver at run time)
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+
+#include <cute/arch/mma_sm90_gmma.hpp>
+
+#include <cstdint>
+#include <mutex>
+#include <utility>
+
+#include "gemm_cuda_kernels.h"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define GEMM_WGMMA_DEVICE 1
+#endif
+
+namespace gemm_cuda {
+namespace {
+
+constexpr int kBlockM = 128;  // two consumer warpgroups of 64 rows
+constexpr int kBlockK = 128;  // one scale block of K = one 128-byte swizzle row of FP8
+constexpr int kThreads = 384;
+constexpr int kSmemLimit = 232448;  // sm_90 opt-in dynamic shared memory per block (227 KiB)
+
+template <int BN>
+struct Layout {
+  static_assert(BN == 128 || BN == 192, "N tile: 128 or 192 (the promotion handles at most two w_scale blocks)");
+  static constexpr int kBytesA = kBlockM * kBlockK;  // per stage
+  static constexpr int kBytesB = BN * kBlockK;
+  static constexpr int kChunk = 64 * 128;  // one 64-row x 64-column bf16 output box (128-byte rows)
+  static constexpr int kBytesOut = 2 * (BN / 64) * kChunk;  // both warpgroups
+  static constexpr int kStages = (kSmemLimit - 1024 - 256 - kBytesOut) / (kBytesA + kBytesB);
+  static constexpr int kOffB = kStages * kBytesA;
+  static constexpr int kOffOut = kOffB + kStages * kBytesB;
+  static constexpr int kOffBar = kOffOut + kBytesOut;
+  static constexpr int kSmem = 1024 + kOffBar + 2 * kStages * 8;  // + slack to align the base to 1024
+  static_assert(kSmem <= kSmemLimit, "shared memory");
+  static_assert(kStages >= 3, "pipeline depth");
+};
+
+template <int BN>
+struct Mma;
+template <>
+struct Mma<128> {
+  using Op = cute::SM90::GMMA::MMA_64x128x32_F32E4M3E4M3_SS_TN<>;
+};
+template <>
+struct Mma<192> {
+  using Op = cute::SM90::GMMA::MMA_64x192x32_F32E4M3E4M3_SS_TN<>;
+};
+
+// ---------------------------------------------------------------------------------------------
+// PTX wrappers (sm_90a)
+// ---------------------------------------------------------------------------------------------
+#ifdef GEMM_WGMMA_DEVICE
+__device__ __forceinline__ uint32_t smem_addr(void const *p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void bar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
+}
+
+__device__ __forceinline__ void bar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void bar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_load(void const *map, uint32_t bar, uint32_t dst, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
+      ::"r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_store(void const *map, uint32_t src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+               ::"l"(map), "r"(src), "r"(c0), "r"(c1)
+               : "memory");
+}
+
+__device__ __forceinline__ void named_sync(int id) {
+  asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
+}
+
+// Shared-memory matrix descriptor of a K-major tile stored with 128-byte swizzle (rows of 128 bytes,
+// 8-row / 1024-byte swizzle atoms): start address, stride between 8-row groups 1024 B, swizzle mode 1.
+__device__ __forceinline__ uint64_t kmajor_sw128_desc(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(1) << 16) |
+         (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
+}
+
+template <class Op, int... I>
+__device__ __forceinline__ void mma(uint64_t da, uint64_t db, float *d, bool accumulate,
+                                    std::integer_sequence<int, I...>) {
+  Op::fma(da, db, d[I]..., accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
+}
+
+// out += acc * scale, the scale of row h (0: row r, 1: row r + 8) and of the column's w_scale block
+// (columns j < JB of this thread's fragment are in the tile's first block).
+template <int BN, int JB>
+__device__ __forceinline__ void promote(float *out, float const *acc, float s00, float s01, float s10, float s11) {
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    float const r0 = j < JB ? s00 : s01;
+    float const r1 = j < JB ? s10 : s11;
+    out[4 * j + 0] = fmaf(acc[4 * j + 0], r0, out[4 * j + 0]);
+    out[4 * j + 1] = fmaf(acc[4 * j + 1], r0, out[4 * j + 1]);
+    out[4 * j + 2] = fmaf(acc[4 * j + 2], r1, out[4 * j + 2]);
+    out[4 * j + 3] = fmaf(acc[4 * j + 3], r1, out[4 * j + 3]);
+  }
+}
+#endif  // GEMM_WGMMA_DEVICE
+
+// The persistent schedule: tile t -> (tile_m, tile_n), in groups of `group` tiles along M (or along N
+// when along_n) so that the CTAs in flight share operand tiles in L2.
+struct Schedule {
+  int tiles_m, tiles_n, group, along_n;
+  __host__ __device__ int count() const { return tiles_m * tiles_n; }
+  __device__ void tile(int t, int &tm, int &tn) const {
+    int const major = along_n ? tiles_n : tiles_m, minor = along_n ? tiles_m : tiles_n;
+    int const per_group = group * minor;
+    int const first = (t / per_group) * group;
+    int const size = min(major - first, group);
+    int const within = t % per_group;
+    int const a = first + within % size, b = within / size;
+    tm = along_n ? b : a;
+    tn = along_n ? a : b;
+  }
+};
+
+template <int BN>
+__global__ void __launch_bounds__(kThreads, 1)
+    wgmma_gemm_kernel(__grid_constant__ CUtensorMap const map_x, __grid_constant__ CUtensorMap const map_w,
+                      __grid_constant__ CUtensorMap const map_d, float const *__restrict__ sx,
+                      float const *__restrict__ sw, int M, int N, int K, Schedule sched) {
+#ifdef GEMM_WGMMA_DEVICE
+  using L = Layout<BN>;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t *smem = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint32_t const base = smem_addr(smem);
+  uint32_t const full_bar = base + L::kOffBar;  // kStages barriers: the stage's TMA bytes arrived
+  uint32_t const empty_bar = full_bar + 8 * L::kStages;  // kStages barriers: both consumers are done
+  int const kblocks = K / kBlockK;
+  int const tiles = sched.count();
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < L::kStages; ++s) {
+      bar_init(full_bar + 8 * s, 1);
+      bar_init(empty_bar + 8 * s, 8);  // lane 0 of each of the 8 consumer warps
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  int const wg = threadIdx.x / 128;
+  if (wg == 0) {  // producer
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    if (threadIdx.x == 0) {
+      asm volatile("prefetch.tensormap [%0];" ::"l"(&map_x) : "memory");
+      asm volatile("prefetch.tensormap [%0];" ::"l"(&map_w) : "memory");
+      uint32_t it = 0;
+      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int tm, tn;
+        sched.tile(t, tm, tn);
+        for (int kb = 0; kb < kblocks; ++kb, ++it) {
+          int const s = it % L::kStages;
+          bar_wait(empty_bar + 8 * s, ((it / L::kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
+          bar_expect_tx(full_bar + 8 * s, L::kBytesA + L::kBytesB);
+          tma_load(&map_x, full_bar + 8 * s, base + s * L::kBytesA, kb * kBlockK, tm * kBlockM);
+          tma_load(&map_w, full_bar + 8 * s, base + L::kOffB + s * L::kBytesB, kb * kBlockK, tn * BN);
+        }
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  int const cw = wg - 1;  // consumer warpgroup: rows 64 cw .. 64 cw + 63 of the tile
+  int const t128 = threadIdx.x % 128;
+  int const warp = t128 / 32, lane = t128 % 32;
+  int const nblocks = (N + 127) / 128;  // w_scale rows
+  uint32_t const out_base = base + L::kOffOut + cw * (BN / 64) * L::kChunk;
+  float acc[BN / 2];
+  float out[BN / 2];
+  uint32_t it = 0;
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    int tm, tn;
+    sched.tile(t, tm, tn);
+    int const m0 = tm * kBlockM, n0 = tn * BN;
+    int const row = m0 + 64 * cw + 16 * warp + lane / 4;  // and row + 8
+    // Scale rows past M / blocks past N are clamped (their outputs are clipped by the TMA store).
+    float const *sx0 = sx + static_cast<int64_t>(min(row, M - 1)) * kblocks;
+    float const *sx1 = sx + static_cast<int64_t>(min(row + 8, M - 1)) * kblocks;
+    float const *sw0 = sw + static_cast<int64_t>(min(n0 / 128, nblocks - 1)) * kblocks;
+    float const *sw1 = sw + static_cast<int64_t>(min(n0 / 128 + 1, nblocks - 1)) * kblocks;
+    bool const split_at_64 = (n0 % 128) != 0;  // BN = 192 only: columns 0..63 in the first block
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) out[i] = 0.f;
+
+    for (int kb = 0; kb < kblocks; ++kb, ++it) {
+      int const s = it % L::kStages;
+      float const a0 = __ldg(sx0 + kb), a1 = __ldg(sx1 + kb);
+      float const b0 = __ldg(sw0 + kb), b1 = __ldg(sw1 + kb);
+      bar_wait(full_bar + 8 * s, (it / L::kStages) & 1);
+      uint64_t const da = kmajor_sw128_desc(base + s * L::kBytesA + cw * 64 * kBlockK);
+      uint64_t const db = kmajor_sw128_desc(base + L::kOffB + s * L::kBytesB);
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) cute::warpgroup_fence_operand(acc[i]);
+      cute::warpgroup_arrive();
+#pragma unroll
+      for (int k = 0; k < kBlockK / 32; ++k) {  // 32 bytes of K per wgmma: +2 in the descriptor's address
+        mma<typename Mma<BN>::Op>(da + 2 * k, db + 2 * k, acc, k > 0, std::make_integer_sequence<int, BN / 2>{});
+      }
+      cute::warpgroup_commit_batch();
+      cute::warpgroup_wait<0>();
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) cute::warpgroup_fence_operand(acc[i]);
+      if (lane == 0) bar_arrive(empty_bar + 8 * s);  // the stage's operands are consumed
+      if (split_at_64) {
+        promote<BN, 8>(out, acc, a0 * b0, a0 * b1, a1 * b0, a1 * b1);
+      } else {
+        promote<BN, 16>(out, acc, a0 * b0, a0 * b1, a1 * b0, a1 * b1);
+      }
+    }
+
+    // Epilogue: this warpgroup's 64 x BN bf16 block, 64 columns per 128-byte-swizzled box.
+    if (t128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // last tile's store read
+    named_sync(1 + cw);
+    int const r = 16 * warp + lane / 4;  // row within the warpgroup's block (and r + 8)
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      uint32_t const chunk = out_base + (j / 8) * L::kChunk;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        int const rr = r + 8 * h;
+        __nv_bfloat162 const v = __floats2bfloat162_rn(out[4 * j + 2 * h], out[4 * j + 2 * h + 1]);
+        uint32_t const addr = chunk + rr * 128 + (((j % 8) ^ (rr % 8)) << 4) + 4 * (lane % 4);
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(*reinterpret_cast<uint32_t const *>(&v)));
+      }
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // make the writes visible to TMA
+    named_sync(1 + cw);
+    if (t128 == 0 && m0 + 64 * cw < M) {
+#pragma unroll
+      for (int c = 0; c < BN / 64; ++c) {
+        if (n0 + 64 * c < N) tma_store(&map_d, out_base + c * L::kChunk, n0 + 64 * c, m0 + 64 * cw);
+      }
+      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    }
+  }
+  if (t128 == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+#endif  // GEMM_WGMMA_DEVICE
+}
+
+// ---------------------------------------------------------------------------------------------
+// host side
+// ---------------------------------------------------------------------------------------------
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void *p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      p = nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+// A 2-D row-major tensor (rows x cols elements, row stride ld elements) read or written in boxes of
+// box_rows x box_cols with 128-byte swizzle (box_cols * element size must be 128 bytes).
+bool encode(CUtensorMap *map, CUtensorMapDataType type, int elem_bytes, void const *ptr, uint64_t rows,
+            uint64_t cols, uint64_t ld, uint32_t box_rows, uint32_t box_cols) {
+  auto fn = tensor_map_encoder();
+  if (fn == nullptr) return false;
+  cuuint64_t dims[2] = {cols, rows};
+  cuuint64_t strides[1] = {ld * elem_bytes};
+  cuuint32_t box[2] = {box_cols, box_rows};
+  cuuint32_t elem_strides[2] = {1, 1};
+  return fn(map, type, 2, const_cast<void *>(ptr), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <int BN>
+int run_wgmma(GemmArgs const &g, void *, cudaStream_t stream) {
+  using L = Layout<BN>;
+  // bf16 output only, K a whole number of blocks, TMA's 16-byte row strides and base addresses.
+  if (g.kslices != 1 || g.K % kBlockK != 0 || g.N % 8 != 0 || g.ldd % 8 != 0 ||
+      (reinterpret_cast<uintptr_t>(g.d) & 15) != 0) {
+    return -static_cast<int>(cudaErrorInvalidValue);
+  }
+  CUtensorMap map_x, map_w, map_d;
+  if (!encode(&map_x, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.x, g.M, g.K, g.K, kBlockM, kBlockK) ||
+      !encode(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.w, g.N, g.K, g.K, BN, kBlockK) ||
+      !encode(&map_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, g.d, g.M, g.N, g.ldd, 64, 64)) {
+    return -static_cast<int>(cudaErrorInvalidValue);
+  }
+  static std::once_flag attr_once[64];
+  cudaError_t attr_err = cudaSuccess;
+  std::call_once(attr_once[g.device & 63], [&] {
+    attr_err = cudaFuncSetAttribute(wgmma_gemm_kernel<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem);
+  });
+  if (attr_err != cudaSuccess) return -static_cast<int>(attr_err);
+  Schedule sched{(g.M + kBlockM - 1) / kBlockM, (g.N + BN - 1) / BN, g.swizzle > 1 ? g.swizzle : 8,
+                 g.raster == 2 ? 1 : 0};
+  int const grid = sched.count() < g.sm_count ? sched.count() : g.sm_count;
+  wgmma_gemm_kernel<BN><<<grid, kThreads, L::kSmem, stream>>>(map_x, map_w, map_d, g.sx, g.sw, g.M, g.N, g.K,
+                                                             sched);
+  return -static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace
+
+size_t workspace_cfg6(GemmArgs const &) { return 0; }
+int run_cfg6(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128>(g, ws, stream); }
+char const *const kNameCfg6 = "wgmma_128x128_persistent";
+
+size_t workspace_cfg7(GemmArgs const &) { return 0; }
+int run_cfg7(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<192>(g, ws, stream); }
+char const *const kNameCfg7 = "wgmma_128x192_persistent";
+
+}  // namespace gemm_cuda

@@ -1,0 +1,134 @@
+"""Development sweep of the CUDA backend's configurations (not collected by pytest).
+
+For each shape: named variants of the natural-layout call (the heuristic's pick, forced configurations
+with scheduler knobs, K slices) and torch's blockwise FP8, each first checked against the fp32 reference
+(the cuda backend's rule) and then timed the way benchmarks.run times (interleaved rounds, L2 flushed,
+device time only). Prints a table and writes config_sweep.json to --out.
+
+    python3 tests/cuda/config_sweep.py --out DIR [--shapes challenge,8192x8192x8192]
+        [--variants pick,c6,c7,c7r2,c5k4,torch]
+
+A variant is `pick` (pick_tuning's choice), `torch` (F.scaled_mm blockwise), or `c<cfg>` followed by
+optional knobs `r<raster>` `s<swizzle>` `p<splits>` `k<kslices>` (see Tuning in gemm/cuda/gemm_cuda.h).
+Run 8 swept the K-sliced configuration with `c5k1,c5k2,c5k4,...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import re
+import statistics
+import sys
+
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.impls import _blockwise, blockwise_scale_a, blockwise_scale_b  # noqa: E402
+from benchmarks.problem import check, magnitude, make_inputs, parse_shapes, reference  # noqa: E402
+from benchmarks.timing import Budget, Flusher, time_samples  # noqa: E402
+from tests.cuda.device_check import load_jit  # noqa: E402
+
+_KNOB = re.compile(r"([rspk])(\d+)")
+_KNOB_NAMES = {"r": "raster", "s": "swizzle", "p": "splits", "k": "kslices"}
+
+
+def parse_variant(spec: str) -> dict | None:
+    """'c7r2s16' -> {'cfg': 7, 'raster': 2, 'swizzle': 16}; 'pick' -> {'cfg': -1}; 'torch' -> None."""
+    if spec == "torch":
+        return None
+    if spec == "pick":
+        return {"cfg": -1}
+    m = re.fullmatch(r"c(\d+)((?:[rspk]\d+)*)", spec)
+    if not m:
+        raise SystemExit(f"bad variant {spec!r}: want pick, torch or c<cfg>[r<n>][s<n>][p<n>][k<n>]")
+    knobs = {"cfg": int(m.group(1))}
+    for key, val in _KNOB.findall(m.group(2)):
+        knobs[_KNOB_NAMES[key]] = int(val)
+    return knobs
+
+
+def calls(mod, sets, outs, knobs: dict | None) -> list:
+    """One call per input set: the natural layout with forced knobs, or torch's blockwise path."""
+    if knobs is None:
+        scales = [(blockwise_scale_a(s.x_scale), blockwise_scale_b(s.w_scale)) for s in sets]
+        return [(lambda s=s, sc=sc: _blockwise(s.x, s.w, sc[0], sc[1])) for s, sc in zip(sets, scales, strict=True)]
+    return [
+        (lambda s=s, o=o: mod.natural_cfg(o, s.x, s.w, s.x_scale, s.w_scale, **knobs))
+        for s, o in zip(sets, outs, strict=True)
+    ]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=pathlib.Path, required=True)
+    ap.add_argument("--shapes", default="challenge,8192x8192x8192")
+    ap.add_argument("--variants", default="pick,c6,c7,c7r2,torch")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="benchmarks' quick budget (fewer repetitions)")
+    args = ap.parse_args()
+    specs = args.variants.split(",")
+    knobs_of = {spec: parse_variant(spec) for spec in specs}
+    mod = load_jit()
+    dev = torch.device("cuda")
+    flush = Flusher(dev)
+    budget = Budget.for_device("cuda", quick=args.quick).per_round(args.rounds)
+    gen = torch.Generator().manual_seed(3)
+    rows = []
+    for shape in parse_shapes(args.shapes):
+        m, n, k = shape.m, shape.n, shape.k
+        sets = [make_inputs(shape, dev, torch.float8_e4m3fn, gen) for _ in range(3)]
+        outs = [torch.empty(m, n, dtype=torch.bfloat16, device=dev) for _ in sets]
+        row = {"m": m, "n": n, "k": k, "pick_tuning": list(mod.pick_tuning(m, n, k))}
+        ref, terms = reference(sets[0]), magnitude(sets[0])  # the cuda backend's rule (benchmarks.problem)
+        variants, ok = {}, {}
+        for spec in specs:
+            fns = calls(mod, sets, outs, knobs_of[spec])
+            outs[0].fill_(float("nan"))  # an unwritten element fails the check
+            try:
+                out = fns[0]()
+                torch.cuda.synchronize()
+            except RuntimeError as e:  # a configuration refused for this shape: say so, go on
+                row[f"{spec}_error"] = str(e).splitlines()[0][:200]
+                continue
+            out = outs[0] if out is None else out
+            ok[spec] = check(out, ref, terms).ok
+            variants[spec] = fns
+        samples: dict[str, list[float]] = {spec: [] for spec in variants}
+        names = list(variants)
+        for r in range(args.rounds):
+            shift = r % len(names)
+            for spec in names[shift:] + names[:shift]:
+                samples[spec] += time_samples(variants[spec], dev, budget, flush)
+        for spec in names:
+            row[spec] = round(statistics.median(samples[spec]), 2)
+            row[f"{spec}_ok"] = ok[spec]
+        ours = [s for s in names if s != "torch" and ok[s]]
+        row["best"] = min(ours, key=lambda s: row[s], default=None)
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+        del sets, outs, variants, samples, ref, terms
+        torch.cuda.empty_cache()
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "config_sweep.json").write_text(json.dumps(rows, indent=1) + "\n")
+    shown = [s for s in specs if s != "torch"]
+    head = " ".join(f"{s:>9}" for s in shown)
+    print(f"\n{'m x n x k':>18} {head} {'torch':>9} {'best':>9} {'torch/best':>10}")
+    for r in rows:
+        cells = " ".join(f"{r[s]:>9.1f}" if s in r else f"{'-':>9}" for s in shown)
+        b = r["best"]
+        tail = f"{r['torch']:>9.1f} {b:>9} {r['torch'] / r[b]:>10.3f}" if b and "torch" in r else ""
+        print(f"{r['m']:>6}x{r['n']}x{r['k']:<6} {cells} {tail}")
+    bad = [(r["m"], r["n"], r["k"], s) for r in rows for s in specs if r.get(f"{s}_ok") is False]
+    refused = [(r["m"], r["n"], r["k"], s) for r in rows for s in specs if f"{s}_error" in r]
+    print("inaccurate:", bad or "none")
+    print("refused:", refused or "none")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""Calls to put under Nsight Compute: the built cuda variant (through kernels) and torch's blockwise FP8
+on one shape, each twice (a warm-up, then the one to profile). Not collected by pytest.
+
+    ncu --clock-control none -k regex:'wgmma|Gemm|gemm|xmma' --section SpeedOfLight ... \\
+        python3 tests/cuda/profile_calls.py --kernel-dir build --shape 6144x4608x7168
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.impls import _blockwise, blockwise_scale_a, blockwise_scale_b  # noqa: E402
+from benchmarks.problem import make_inputs, parse_shapes  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kernel-dir", type=pathlib.Path, required=True)
+    ap.add_argument("--shape", default="6144x4608x7168")
+    args = ap.parse_args()
+    from kernels import get_local_kernel
+
+    kernel = get_local_kernel(args.kernel_dir)
+    (shape,) = parse_shapes(args.shape)
+    s = make_inputs(shape, torch.device("cuda"), torch.float8_e4m3fn, torch.Generator().manual_seed(1))
+    sa, sb = blockwise_scale_a(s.x_scale), blockwise_scale_b(s.w_scale)
+    for _ in range(2):
+        ours = kernel.gemm_natural(s.x, s.w, s.x_scale, s.w_scale)
+        torch.cuda.synchronize()
+        theirs = _blockwise(s.x, s.w, sa, sb)
+        torch.cuda.synchronize()
+    same = torch.equal(ours, theirs)
+    print(f"{args.shape}: ours and torch blockwise bit-identical: {same}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
