@@ -2,6 +2,7 @@
 # One device call for the CUDA backend (run from the repo root on the GPU machine, with .whl carried):
 #   bash scripts/device_run.sh jit     # JIT build + correctness + timing + sanitizers (no build stage)
 #   bash scripts/device_run.sh full    # build stage + kernels load + pytest + sanitizers + benchmarks.run
+#                                      # (+ benchmarks.precision unless SKIP_PRECISION=1)
 #   bash scripts/device_run.sh study   # build stage + benchmarks.precision + benchmarks.run (no tests)
 #   bash scripts/device_run.sh test    # build stage + pytest (tests/kernel, tests/cuda) only
 #   bash scripts/device_run.sh check   # test + sanitizers + Nsight Compute counters (PROFILE_SHAPE)
@@ -89,10 +90,10 @@ PY
     echo "ncu exit=$?"; grep -E "bit-identical|^  [a-z_]+.*gemm|Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput" "$OUT/ncu.txt" | head -n 30
     exit $rc
   fi
-  timeout 150 python3 -m benchmarks.precision --build-dir build --out "$OUT/h200" \
+  [ -n "${SKIP_PRECISION:-}" ] || timeout 150 python3 -m benchmarks.precision --build-dir build --out "$OUT/h200" \
     --shapes "${PRECISION_SHAPES:-64x64x128,128x512x7168,96x4608x7168,1024x4096x512,1024x1536x7168,1024x7168x2304,6144x512x7168}" \
     > "$OUT/precision.log" 2>&1 || rc=1
-  tail -n 45 "$OUT/precision.log"
+  [ -n "${SKIP_PRECISION:-}" ] || tail -n 45 "$OUT/precision.log"
   timeout 360 python3 -m benchmarks.run --shapes challenge,8192x8192x8192 --out "$OUT/h200" 2>&1 \
     | tee "$OUT/bench.log" | tail -n 50 || rc=1
   [ "$mode" = study ] && exit $rc

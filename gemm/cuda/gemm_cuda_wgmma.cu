@@ -24,7 +24,7 @@
 #include <cute/arch/mma_sm90_gmma.hpp>
 
 #include <cstdint>
-#include <mutex>
+#include <atomic>
 #include <utility>
 
 #include "gemm_cuda_kernels.h"
@@ -67,6 +67,7 @@ template <>
 struct Mma<192> {
   using Op = cute::SM90::GMMA::MMA_64x192x32_F32E4M3E4M3_SS_TN<>;
 };
+
 
 // ---------------------------------------------------------------------------------------------
 // PTX wrappers (sm_90a)
@@ -130,18 +131,49 @@ __device__ __forceinline__ void mma(uint64_t da, uint64_t db, float *d, bool acc
   Op::fma(da, db, d[I]..., accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
 }
 
-// out += acc * scale, the scale of row h (0: row r, 1: row r + 8) and of the column's w_scale block
-// (columns j < JB of this thread's fragment are in the tile's first block).
-template <int BN, int JB>
+// One K block's wgmma batch into `acc` (N/2 registers): 4 x m64nNk32, 32 bytes of K each (+2 in
+// the descriptors' address field), committed as one group.
+template <int N>
+__device__ __forceinline__ void issue_batch(float *acc, uint64_t da, uint64_t db) {
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) cute::warpgroup_fence_operand(acc[i]);
+  cute::warpgroup_arrive();
+#pragma unroll
+  for (int k = 0; k < kBlockK / 32; ++k) {
+    mma<typename Mma<N>::Op>(da + 2 * k, db + 2 * k, acc, k > 0, std::make_integer_sequence<int, N / 2>{});
+  }
+  cute::warpgroup_commit_batch();
+}
+
+template <int N>
+__device__ __forceinline__ void fence_all(float *acc) {
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) cute::warpgroup_fence_operand(acc[i]);
+}
+
+// out += acc * scale: the scale of row h (0: row r, 1: row r + 8) and of the column's w_scale block
+// (8-column groups j < JB of the tile are in its first block).
+template <int NJ, int JB>
 __device__ __forceinline__ void promote(float *out, float const *acc, float s00, float s01, float s10, float s11) {
 #pragma unroll
-  for (int j = 0; j < BN / 8; ++j) {
+  for (int j = 0; j < NJ; ++j) {
     float const r0 = j < JB ? s00 : s01;
     float const r1 = j < JB ? s10 : s11;
     out[4 * j + 0] = fmaf(acc[4 * j + 0], r0, out[4 * j + 0]);
     out[4 * j + 1] = fmaf(acc[4 * j + 1], r0, out[4 * j + 1]);
     out[4 * j + 2] = fmaf(acc[4 * j + 2], r1, out[4 * j + 2]);
     out[4 * j + 3] = fmaf(acc[4 * j + 3], r1, out[4 * j + 3]);
+  }
+}
+
+// The same, the tile's first w_scale block ending after 64 columns (split_at_64) or after 128.
+template <int NJ>
+__device__ __forceinline__ void promote_cols(bool split_at_64, float *out, float const *acc, float a0, float a1,
+                                             float b0, float b1) {
+  if (split_at_64) {
+    promote<NJ, 8>(out, acc, a0 * b0, a0 * b1, a1 * b0, a1 * b1);
+  } else {
+    promote<NJ, 16>(out, acc, a0 * b0, a0 * b1, a1 * b0, a1 * b1);
   }
 }
 #endif  // GEMM_WGMMA_DEVICE
@@ -215,8 +247,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   int const warp = t128 / 32, lane = t128 % 32;
   int const nblocks = (N + 127) / 128;  // w_scale rows
   uint32_t const out_base = base + L::kOffOut + cw * (BN / 64) * L::kChunk;
-  float acc[BN / 2];
   float out[BN / 2];
+  float acc[BN / 2];
   uint32_t it = 0;
   for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
     int tm, tn;
@@ -234,28 +266,16 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     for (int kb = 0; kb < kblocks; ++kb, ++it) {
       int const s = it % L::kStages;
+      // the scales first: their loads are in flight while the batch runs
       float const a0 = __ldg(sx0 + kb), a1 = __ldg(sx1 + kb);
       float const b0 = __ldg(sw0 + kb), b1 = __ldg(sw1 + kb);
       bar_wait(full_bar + 8 * s, (it / L::kStages) & 1);
-      uint64_t const da = kmajor_sw128_desc(base + s * L::kBytesA + cw * 64 * kBlockK);
-      uint64_t const db = kmajor_sw128_desc(base + L::kOffB + s * L::kBytesB);
-#pragma unroll
-      for (int i = 0; i < BN / 2; ++i) cute::warpgroup_fence_operand(acc[i]);
-      cute::warpgroup_arrive();
-#pragma unroll
-      for (int k = 0; k < kBlockK / 32; ++k) {  // 32 bytes of K per wgmma: +2 in the descriptor's address
-        mma<typename Mma<BN>::Op>(da + 2 * k, db + 2 * k, acc, k > 0, std::make_integer_sequence<int, BN / 2>{});
-      }
-      cute::warpgroup_commit_batch();
+      issue_batch<BN>(acc, kmajor_sw128_desc(base + s * L::kBytesA + cw * 64 * kBlockK),
+                      kmajor_sw128_desc(base + L::kOffB + s * L::kBytesB));
       cute::warpgroup_wait<0>();
-#pragma unroll
-      for (int i = 0; i < BN / 2; ++i) cute::warpgroup_fence_operand(acc[i]);
+      fence_all<BN>(acc);
       if (lane == 0) bar_arrive(empty_bar + 8 * s);  // the stage's operands are consumed
-      if (split_at_64) {
-        promote<BN, 8>(out, acc, a0 * b0, a0 * b1, a1 * b0, a1 * b1);
-      } else {
-        promote<BN, 16>(out, acc, a0 * b0, a0 * b1, a1 * b0, a1 * b1);
-      }
+      promote_cols<BN / 8>(split_at_64, out, acc, a0, a1, b0, b1);
     }
 
     // Epilogue: this warpgroup's 64 x BN bf16 block, 64 columns per 128-byte-swizzled box.
@@ -333,17 +353,19 @@ int run_wgmma(GemmArgs const &g, void *, cudaStream_t stream) {
       !encode(&map_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, g.d, g.M, g.N, g.ldd, 64, 64)) {
     return -static_cast<int>(cudaErrorInvalidValue);
   }
-  static std::once_flag attr_once[64];
-  cudaError_t attr_err = cudaSuccess;
-  std::call_once(attr_once[g.device & 63], [&] {
-    attr_err = cudaFuncSetAttribute(wgmma_gemm_kernel<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem);
-  });
-  if (attr_err != cudaSuccess) return -static_cast<int>(attr_err);
+  // Opt in to more than 48 KiB of shared memory, once per device (a race only sets it twice). No
+  // std::call_once: it needs glibc 2.34's pthread_once, outside the manylinux_2_28 ABI the Hub accepts.
+  auto kernel = wgmma_gemm_kernel<BN>;
+  static std::atomic<bool> opted_in[64];
+  if (!opted_in[g.device & 63].load(std::memory_order_relaxed)) {
+    cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem);
+    if (err != cudaSuccess) return -static_cast<int>(err);
+    opted_in[g.device & 63].store(true, std::memory_order_relaxed);
+  }
   Schedule sched{(g.M + kBlockM - 1) / kBlockM, (g.N + BN - 1) / BN, g.swizzle > 1 ? g.swizzle : 8,
                  g.raster == 2 ? 1 : 0};
   int const grid = sched.count() < g.sm_count ? sched.count() : g.sm_count;
-  wgmma_gemm_kernel<BN><<<grid, kThreads, L::kSmem, stream>>>(map_x, map_w, map_d, g.sx, g.sw, g.M, g.N, g.K,
-                                                             sched);
+  kernel<<<grid, kThreads, L::kSmem, stream>>>(map_x, map_w, map_d, g.sx, g.sw, g.M, g.N, g.K, sched);
   return -static_cast<int>(cudaGetLastError());
 }
 
