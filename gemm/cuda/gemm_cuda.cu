@@ -2,9 +2,9 @@
 // (1x128 scales for A, 128x128 for B), bf16 output. This file is the torch-facing part: the op's two
 // entry points, argument plumbing, scratch from torch's caching allocator, configuration choice.
 //
-// Natural layout (x (M,K), w (N,K), both K-contiguous) goes straight to CUTLASS's sm90 warp-specialized
-// TMA + wgmma kernel with blockwise scale promotion in the mainloop (gemm_cuda_cfg*.cu), with a tile
-// configuration picked per shape. The seed layout (a (K,M), b (K,N): M/N-contiguous) cannot feed FP8
+// Natural layout (x (M,K), w (N,K), both K-contiguous) goes straight to a warp-specialized TMA + wgmma
+// kernel with blockwise scale promotion in the mainloop, picked per shape: CUTLASS's sm90 collective
+// (gemm_cuda_cfg*.cu) or the hand-written 128x192-tile kernel (gemm_cuda_wgmma.cu). The seed layout (a (K,M), b (K,N): M/N-contiguous) cannot feed FP8
 // wgmma directly (FP8 wgmma reads only K-major shared-memory operands), so one fused launch
 // (gemm_cuda_prep.cu) transposes a, b and both scale tensors into K-major scratch, then the natural
 // path runs. See NOTES.md.
