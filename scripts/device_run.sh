@@ -4,6 +4,7 @@
 #   bash scripts/device_run.sh full    # build stage + kernels load + pytest + sanitizers + benchmarks.run
 #                                      # (+ benchmarks.precision unless SKIP_PRECISION=1)
 #   bash scripts/device_run.sh study   # build stage + benchmarks.precision + benchmarks.run (no tests)
+#   bash scripts/device_run.sh bench   # full without the sanitizers
 #   bash scripts/device_run.sh test    # build stage + pytest (tests/kernel, tests/cuda) only
 #   bash scripts/device_run.sh check   # test + sanitizers + Nsight Compute counters (PROFILE_SHAPE)
 # Logs and results go to $OUT. See gemm/cuda/NOTES.md.
@@ -99,7 +100,7 @@ PY
   [ "$mode" = study ] && exit $rc
   timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernel tests/cuda/test_cuda_gpu.py 2>&1 \
     | tee "$OUT/pytest.log" | tail -n 25 || rc=1
-  sanitize
+  [ "$mode" = bench ] || sanitize
 fi
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv >> "$OUT/gpu.txt" 2>&1
 exit $rc
