@@ -4,10 +4,10 @@
 //
 // Natural layout (x (M,K), w (N,K), both K-contiguous) goes straight to a warp-specialized TMA + wgmma
 // kernel with blockwise scale promotion in the mainloop, picked per shape: CUTLASS's sm90 collective
-// (gemm_cuda_cfg*.cu) or the hand-written 128x192-tile kernel (gemm_cuda_wgmma.cu). The seed layout (a (K,M), b (K,N): M/N-contiguous) cannot feed FP8
-// wgmma directly (FP8 wgmma reads only K-major shared-memory operands), so one fused launch
-// (gemm_cuda_prep.cu) transposes a, b and both scale tensors into K-major scratch, then the natural
-// path runs. See NOTES.md.
+// (gemm_cuda_cfg*.cu) or the hand-written 128x192-tile kernel (gemm_cuda_wgmma.cu). The seed layout
+// (a (K,M), b (K,N): M/N-contiguous) cannot feed FP8 wgmma directly (FP8 wgmma reads only K-major
+// shared-memory operands), so one fused launch (gemm_cuda_prep.cu) transposes a, b and both scale
+// tensors into K-major scratch, then the natural path runs. See NOTES.md.
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
@@ -29,7 +29,7 @@ namespace {
 constexpr int64_t kBlock = 128;
 // The configuration that writes fp32 partials per K slice (gemm_cuda_cfg5.cu); the others write bf16.
 constexpr int kKSliceConfig = 5;
-// The hand-written wgmma kernel with 128x192 tiles (gemm_cuda_wgmma.cu); it needs N % 8 == 0.
+// The hand-written wgmma kernel with 128x192 tiles (gemm_cuda_wgmma.cu).
 constexpr int kWide192Config = 7;
 
 ConfigEntry const kConfigs[] = {

@@ -131,24 +131,25 @@ __device__ __forceinline__ void mma(uint64_t da, uint64_t db, float *d, bool acc
   Op::fma(da, db, d[I]..., accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
 }
 
-// One K block's wgmma batch into `acc` (N/2 registers): 4 x m64nNk32, 32 bytes of K each (+2 in
-// the descriptors' address field), committed as one group.
+// Compiler-level fence on every accumulator register: keeps reads and writes of `acc` on their side of
+// the asynchronous wgmma that owns them.
 template <int N>
-__device__ __forceinline__ void issue_batch(float *acc, uint64_t da, uint64_t db) {
+__device__ __forceinline__ void fence_all(float *acc) {
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) cute::warpgroup_fence_operand(acc[i]);
+}
+
+// One K block's wgmma batch into `acc` (N/2 registers): 4 x m64nNk32, 32 bytes of K each (+2 in the
+// descriptors' address field), committed as one group.
+template <int N>
+__device__ __forceinline__ void issue_batch(float *acc, uint64_t da, uint64_t db) {
+  fence_all<N>(acc);
   cute::warpgroup_arrive();
 #pragma unroll
   for (int k = 0; k < kBlockK / 32; ++k) {
     mma<typename Mma<N>::Op>(da + 2 * k, db + 2 * k, acc, k > 0, std::make_integer_sequence<int, N / 2>{});
   }
   cute::warpgroup_commit_batch();
-}
-
-template <int N>
-__device__ __forceinline__ void fence_all(float *acc) {
-#pragma unroll
-  for (int i = 0; i < N / 2; ++i) cute::warpgroup_fence_operand(acc[i]);
 }
 
 // out += acc * scale: the scale of row h (0: row r, 1: row r + 8) and of the column's w_scale block
