@@ -10,7 +10,9 @@ device time only). Prints a table and writes config_sweep.json to --out.
 
 A variant is `pick` (pick_tuning's choice), `torch` (F.scaled_mm blockwise), or `c<cfg>` followed by
 optional knobs `r<raster>` `s<swizzle>` `p<splits>` `k<kslices>` (see Tuning in gemm/cuda/gemm_cuda.h).
-Run 8 swept the K-sliced configuration with `c5k1,c5k2,c5k4,...`.
+Run 8 swept the K-sliced configuration with `c5k1,c5k2,c5k4,...`. Seed-layout variants: `spick`
+(pick_seed_tuning's choice), `sold` (both operands transposed, then the natural path's choice) and
+`seed<cfg>` (seed_with_config with that cfg: 100-103 are the fused kernels of gemm_cuda_wgmma_seed.cu).
 """
 
 from __future__ import annotations
@@ -43,6 +45,11 @@ def parse_variant(spec: str) -> dict | None:
         return None
     if spec == "pick":
         return {"cfg": -1}
+    seed = {"spick": -1, "sold": -2}.get(spec)
+    if seed is None and (m := re.fullmatch(r"seed(\d+)", spec)):
+        seed = int(m.group(1))
+    if seed is not None:
+        return {"cfg": seed, "layout": "seed"}
     m = re.fullmatch(r"c(\d+)((?:[rspk]\d+)*)", spec)
     if not m:
         raise SystemExit(f"bad variant {spec!r}: want pick, torch or c<cfg>[r<n>][s<n>][p<n>][k<n>]")
@@ -57,6 +64,11 @@ def calls(mod, sets, outs, knobs: dict | None) -> list:
     if knobs is None:
         scales = [(blockwise_scale_a(s.x_scale), blockwise_scale_b(s.w_scale)) for s in sets]
         return [(lambda s=s, sc=sc: _blockwise(s.x, s.w, sc[0], sc[1])) for s, sc in zip(sets, scales, strict=True)]
+    if knobs.get("layout") == "seed":
+        return [
+            (lambda s=s, o=o: mod.seed_cfg(o, s.a, s.b, s.a_scale, s.b_scale, knobs["cfg"]))
+            for s, o in zip(sets, outs, strict=True)
+        ]
     return [
         (lambda s=s, o=o: mod.natural_cfg(o, s.x, s.w, s.x_scale, s.w_scale, **knobs))
         for s, o in zip(sets, outs, strict=True)
@@ -84,6 +96,8 @@ def main() -> int:
         sets = [make_inputs(shape, dev, torch.float8_e4m3fn, gen) for _ in range(3)]
         outs = [torch.empty(m, n, dtype=torch.bfloat16, device=dev) for _ in sets]
         row = {"m": m, "n": n, "k": k, "pick_tuning": list(mod.pick_tuning(m, n, k))}
+        if hasattr(mod, "pick_seed_tuning"):
+            row["pick_seed_tuning"] = mod.pick_seed_tuning(m, n, k)
         ref, terms = reference(sets[0]), magnitude(sets[0])  # the cuda backend's rule (benchmarks.problem)
         variants, ok = {}, {}
         for spec in specs:
