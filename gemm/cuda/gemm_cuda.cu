@@ -31,10 +31,6 @@ constexpr int64_t kBlock = 128;
 constexpr int kKSliceConfig = 5;
 // The hand-written wgmma kernel with 128x192 tiles (gemm_cuda_wgmma.cu).
 constexpr int kWide192Config = 7;
-// Seed-layout tunings: kSeedFused + v runs fused variant v (gemm_cuda_wgmma_seed.cu); kSeedTransposed
-// transposes both operands and runs the natural path with pick_tuning's choice.
-constexpr int kSeedFused = 100;
-constexpr int kSeedTransposed = -2;
 
 ConfigEntry const kConfigs[] = {
     {kNameCfg0, &workspace_cfg0, &run_cfg0}, {kNameCfg1, &workspace_cfg1, &run_cfg1},
@@ -138,7 +134,6 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
 int num_configs() { return kNumConfigs; }
 
 char const *config_name(int cfg) {
-  if (cfg >= kSeedFused && cfg < kSeedFused + kSeedFusedVariants) return seed_fused_name(cfg - kSeedFused);
   TORCH_CHECK(cfg >= 0 && cfg < kNumConfigs, "no configuration ", cfg);
   return kConfigs[cfg].name;
 }
@@ -221,84 +216,12 @@ void seed_prepare(at::Tensor &x, at::Tensor &w, at::Tensor &x_scale, at::Tensor 
   C10_CUDA_CHECK(launch_seed_prep(p, c10::cuda::getCurrentCUDAStream(a.get_device()).stream()));
 }
 
-Tuning pick_seed_tuning(int64_t M, int64_t N, int64_t K) {
-  constexpr int64_t kSms = 132;
-  Tuning t;
-  t.cfg = kSeedTransposed;
-  // The fused kernels stream the larger operand from its seed tensor (P) and transpose only the other;
-  // they are persistent 128 x BN tiles without K slicing, so they need about a wave of tiles.
-  bool const swap = N > M;
-  int64_t const P = swap ? N : M, Q = swap ? M : N;
-  int64_t const tiles128 = ((P + 127) / 128) * ((Q + 127) / 128);
-  int64_t const tiles192 = ((P + 127) / 128) * ((Q + 191) / 192);
-  if (10 * tiles128 < 9 * kSms || K < 256) return t;
-  bool const wide = wave_fill(tiles192, kSms) > wave_fill(tiles128, kSms) + 0.01 && 10 * tiles192 >= 9 * kSms;
-  t.cfg = kSeedFused + (swap ? 2 : 0) + (wide ? 1 : 0);
-  return t;
-}
-
-namespace {
-
-// The seed layout through a fused kernel: transpose only the Q operand (b when unswapped, a when
-// swapped) into K-major scratch, then the kernel reads the other straight from its seed tensor.
-// Returns false (nothing launched) when the variant's alignment rules do not hold.
-bool seed_fused_impl(at::Tensor &c, at::Tensor const &a, at::Tensor const &b, at::Tensor const &a_scale,
-                     at::Tensor const &b_scale, int variant) {
-  int64_t const K = a.size(0), M = a.size(1), N = b.size(1);
-  if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) return false;
-  bool const swap = seed_fused_swapped(variant);
-  int const device = a.get_device();
-  SeedFusedArgs g{};
-  g.a = a.data_ptr();
-  g.b = b.data_ptr();
-  g.sa = a_scale.data_ptr<float>();
-  g.sb = b_scale.data_ptr<float>();
-  g.c = c.data_ptr();
-  g.M = static_cast<int>(M);
-  g.N = static_cast<int>(N);
-  g.K = static_cast<int>(K);
-  g.device = device;
-  g.sm_count = sm_count(device);
-  at::Tensor q = swap ? at::empty({M, K}, a.options()) : at::empty({N, K}, b.options());
-  g.q = q.data_ptr();
-  if (!c.is_contiguous() || !seed_fused_supported(g, swap)) return false;
-  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
-  PrepArgs p{};
-  p.a = static_cast<uint8_t const *>(g.a);
-  p.b = static_cast<uint8_t const *>(g.b);
-  p.sa = g.sa;
-  p.sb = g.sb;
-  p.x = swap ? static_cast<uint8_t *>(q.data_ptr()) : nullptr;
-  p.w = swap ? nullptr : static_cast<uint8_t *>(q.data_ptr());
-  p.M = M;
-  p.N = N;
-  p.K = K;
-  p.want_x = swap;
-  p.want_w = !swap;
-  p.want_scales = false;
-  C10_CUDA_CHECK(launch_seed_prep(p, stream));
-  C10_CUDA_CHECK(launch_seed_fused(g, variant, stream));
-  return true;
-}
-
-}  // namespace
-
 void seed_with_config(at::Tensor &c, at::Tensor const &a, at::Tensor const &b, at::Tensor const &a_scale,
                       at::Tensor const &b_scale, Tuning tuning) {
   check_fp8_cuda(a, "a");
   check_fp8_cuda(b, "b");
   c10::cuda::CUDAGuard guard(a.device());
   int64_t const K = a.size(0), M = a.size(1), N = b.size(1);
-  bool const forced = tuning.cfg != -1;
-  if (!forced) tuning = pick_seed_tuning(M, N, K);
-  if (tuning.cfg >= kSeedFused) {
-    int const variant = tuning.cfg - kSeedFused;
-    TORCH_CHECK(variant < kSeedFusedVariants, "gemm (cuda): no seed configuration ", tuning.cfg);
-    if (seed_fused_impl(c, a, b, a_scale, b_scale, variant)) return;
-    TORCH_CHECK(!forced, "gemm (cuda): seed configuration ", seed_fused_name(variant),
-                " does not take M=", M, " N=", N, " K=", K, " with these alignments");
-    tuning = Tuning{};  // the transposing path below
-  }
   int64_t const KB = K / kBlock, NB = (N + kBlock - 1) / kBlock;
   at::Tensor x = at::empty({M, K}, a.options());
   at::Tensor w = at::empty({N, K}, b.options());

@@ -24,16 +24,11 @@ int num_configs();
 char const *config_name(int cfg);
 // What the shape heuristic picks for an (M, N, K) problem.
 Tuning pick_tuning(int64_t M, int64_t N, int64_t K);
-// The same for the seed layout: cfg >= 100 is fused seed variant cfg - 100 (gemm_cuda_wgmma_seed.cu),
-// -2 the transposing path (both operands made K-major, then the natural path's choice).
-Tuning pick_seed_tuning(int64_t M, int64_t N, int64_t K);
 
 // Natural layout with a forced tuning (tuning.cfg < 0: the heuristic's choice).
 void natural_with_config(at::Tensor &out, at::Tensor const &x, at::Tensor const &w,
                          at::Tensor const &x_scale, at::Tensor const &w_scale, Tuning tuning);
-// Seed layout with a forced tuning (tuning.cfg -1: the heuristic's choice; -2 the transposing path with
-// pick_tuning's choice; 0..num_configs()-1 the transposing path with that configuration; 100 + v the fused
-// variant v).
+// Seed layout with a forced tuning (tuning.cfg < 0: the heuristic's choice).
 void seed_with_config(at::Tensor &c, at::Tensor const &a, at::Tensor const &b,
                       at::Tensor const &a_scale, at::Tensor const &b_scale, Tuning tuning);
 // The seed layout's preparation step alone (transposes into K-major scratch), for timing it.

@@ -72,34 +72,8 @@ struct PrepArgs {
   float *sx;
   float *sw;
   int64_t M, N, K;
-  // Which outputs to write (the fused seed kernels need only one transposed operand and no scales).
-  bool want_x = true, want_w = true, want_scales = true;
 };
 cudaError_t launch_seed_prep(PrepArgs const &p, cudaStream_t stream);
-
-// Seed layout through the hand-written kernels of gemm_cuda_wgmma_seed.cu: one operand straight from its
-// seed tensor (a when not swapped, b when swapped), the other K-major in q (w (N, K) = b transposed, or
-// x (M, K) = a transposed), scales straight from the seed's a_scale (K/128, M) and b_scale
-// (K/128, ceil(N/128)); c (M, N) bf16 contiguous. Variants: 0/1 unswapped 128x128 / 128x192 tiles,
-// 2/3 swapped (D = C transposed: 128 rows of N x 128 / 192 of M); 4-7 the same without loading the next
-// K block's register operand during the current batch.
-struct SeedFusedArgs {
-  void const *a;
-  void const *b;
-  void const *q;
-  float const *sa;
-  float const *sb;
-  void *c;
-  int M, N, K;
-  int device;
-  int sm_count;
-};
-constexpr int kSeedFusedVariants = 8;
-inline bool seed_fused_swapped(int variant) { return variant % 4 >= 2; }
-// Whether the variant's TMA alignment rules hold for these tensors.
-bool seed_fused_supported(SeedFusedArgs const &g, bool swap);
-cudaError_t launch_seed_fused(SeedFusedArgs const &g, int variant, cudaStream_t stream);
-char const *seed_fused_name(int variant);
 
 // out[i] = bf16(sum over s < slices of parts[s * count + i]), i < count; count % 4 == 0, parts 16-byte
 // and out 8-byte aligned. Sums in slice order (deterministic). Returns the launch's cudaError_t.

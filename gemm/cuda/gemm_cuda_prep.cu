@@ -136,26 +136,22 @@ cudaError_t launch_seed_prep(PrepArgs const &p, cudaStream_t stream) {
   bool const vec_b = (p.N % 16 == 0) && aligned16(p.b) && aligned16(p.w);
   q.tiles_m = (p.M + kTT - 1) / kTT;
   q.tiles_n = (p.N + kTT - 1) / kTT;
-  q.tiles_a = vec_a && p.want_x ? (p.K / kTT) * q.tiles_m : 0;
-  q.tiles_b = vec_b && p.want_w ? (p.K / kTT) * q.tiles_n : 0;
-  int64_t const scale_blocks =
-      p.want_scales ? (p.M * q.KB + q.NB * q.KB + kScalePerBlock - 1) / kScalePerBlock : 0;
+  q.tiles_a = vec_a ? (p.K / kTT) * q.tiles_m : 0;
+  q.tiles_b = vec_b ? (p.K / kTT) * q.tiles_n : 0;
+  int64_t const scale_blocks = (p.M * q.KB + q.NB * q.KB + kScalePerBlock - 1) / kScalePerBlock;
   int64_t const blocks = q.tiles_a + q.tiles_b + scale_blocks;
   if (blocks >= INT32_MAX) return cudaErrorInvalidValue;
-  cudaError_t err = cudaSuccess;
-  if (blocks > 0) {
-    seed_prep_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(q);
-    err = cudaGetLastError();
-    if (err != cudaSuccess) return err;
-  }
-  if (!vec_a && p.want_x) {
+  seed_prep_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(q);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  if (!vec_a) {
     dim3 grid(static_cast<unsigned>((p.M + 31) / 32), static_cast<unsigned>((p.K + 31) / 32));
     if (grid.y >= 65536) return cudaErrorInvalidValue;
     transpose_bytes_kernel<<<grid, dim3(32, 8), 0, stream>>>(p.a, p.x, p.K, p.M);
     err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
-  if (!vec_b && p.want_w) {
+  if (!vec_b) {
     dim3 grid(static_cast<unsigned>((p.N + 31) / 32), static_cast<unsigned>((p.K + 31) / 32));
     if (grid.y >= 65536) return cudaErrorInvalidValue;
     transpose_bytes_kernel<<<grid, dim3(32, 8), 0, stream>>>(p.b, p.w, p.K, p.N);

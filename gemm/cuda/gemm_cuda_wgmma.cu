@@ -16,23 +16,37 @@
 // The fragment layout of a wgmma m64nNk32 fp32 accumulator (PTX ISA, "Register fragments"): thread t of
 // the warpgroup holds, for j < N/8, d[4j + 2h + e] = D[16 (t/32) + (t%32)/4 + 8h][8j + 2 (t%4) + e].
 
+#include <cuda.h>  // CUtensorMap and its enums (types only: the encoder is fetched from the driver at run time)
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+
+#include <cute/arch/mma_sm90_gmma.hpp>
 
 #include <cstdint>
+#include <atomic>
+#include <utility>
 
 #include "gemm_cuda_kernels.h"
-#include "gemm_cuda_wgmma.cuh"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define GEMM_WGMMA_DEVICE 1
+#endif
 
 namespace gemm_cuda {
 namespace {
 
-using namespace wgmma;  // NOLINT(build/namespaces): this file's own building blocks
+constexpr int kBlockM = 128;  // two consumer warpgroups of 64 rows
+constexpr int kBlockK = 128;  // one scale block of K = one 128-byte swizzle row of FP8
+constexpr int kThreads = 384;
+constexpr int kSmemLimit = 232448;  // sm_90 opt-in dynamic shared memory per block (227 KiB)
 
 template <int BN>
 struct Layout {
   static_assert(BN == 128 || BN == 192, "N tile: 128 or 192 (the promotion handles at most two w_scale blocks)");
   static constexpr int kBytesA = kBlockM * kBlockK;  // per stage
   static constexpr int kBytesB = BN * kBlockK;
+  static constexpr int kChunk = 64 * 128;  // one 64-row x 64-column bf16 output box (128-byte rows)
   static constexpr int kBytesOut = 2 * (BN / 64) * kChunk;  // both warpgroups
   static constexpr int kStages = (kSmemLimit - 1024 - 256 - kBytesOut) / (kBytesA + kBytesB);
   static constexpr int kOffB = kStages * kBytesA;
@@ -43,6 +57,144 @@ struct Layout {
   static_assert(kStages >= 3, "pipeline depth");
 };
 
+template <int BN>
+struct Mma;
+template <>
+struct Mma<128> {
+  using Op = cute::SM90::GMMA::MMA_64x128x32_F32E4M3E4M3_SS_TN<>;
+};
+template <>
+struct Mma<192> {
+  using Op = cute::SM90::GMMA::MMA_64x192x32_F32E4M3E4M3_SS_TN<>;
+};
+
+
+// ---------------------------------------------------------------------------------------------
+// PTX wrappers (sm_90a)
+// ---------------------------------------------------------------------------------------------
+#ifdef GEMM_WGMMA_DEVICE
+__device__ __forceinline__ uint32_t smem_addr(void const *p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void bar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
+}
+
+__device__ __forceinline__ void bar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void bar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_load(void const *map, uint32_t bar, uint32_t dst, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
+      ::"r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_store(void const *map, uint32_t src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+               ::"l"(map), "r"(src), "r"(c0), "r"(c1)
+               : "memory");
+}
+
+__device__ __forceinline__ void named_sync(int id) {
+  asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
+}
+
+// Shared-memory matrix descriptor of a K-major tile stored with 128-byte swizzle (rows of 128 bytes,
+// 8-row / 1024-byte swizzle atoms): start address, stride between 8-row groups 1024 B, swizzle mode 1.
+__device__ __forceinline__ uint64_t kmajor_sw128_desc(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(1) << 16) |
+         (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
+}
+
+template <class Op, int... I>
+__device__ __forceinline__ void mma(uint64_t da, uint64_t db, float *d, bool accumulate,
+                                    std::integer_sequence<int, I...>) {
+  Op::fma(da, db, d[I]..., accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
+}
+
+// Compiler-level fence on every accumulator register: keeps reads and writes of `acc` on their side of
+// the asynchronous wgmma that owns them.
+template <int N>
+__device__ __forceinline__ void fence_all(float *acc) {
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) cute::warpgroup_fence_operand(acc[i]);
+}
+
+// One K block's wgmma batch into `acc` (N/2 registers): 4 x m64nNk32, 32 bytes of K each (+2 in the
+// descriptors' address field), committed as one group.
+template <int N>
+__device__ __forceinline__ void issue_batch(float *acc, uint64_t da, uint64_t db) {
+  fence_all<N>(acc);
+  cute::warpgroup_arrive();
+#pragma unroll
+  for (int k = 0; k < kBlockK / 32; ++k) {
+    mma<typename Mma<N>::Op>(da + 2 * k, db + 2 * k, acc, k > 0, std::make_integer_sequence<int, N / 2>{});
+  }
+  cute::warpgroup_commit_batch();
+}
+
+// out += acc * scale: the scale of row h (0: row r, 1: row r + 8) and of the column's w_scale block
+// (8-column groups j < JB of the tile are in its first block).
+template <int NJ, int JB>
+__device__ __forceinline__ void promote(float *out, float const *acc, float s00, float s01, float s10, float s11) {
+#pragma unroll
+  for (int j = 0; j < NJ; ++j) {
+    float const r0 = j < JB ? s00 : s01;
+    float const r1 = j < JB ? s10 : s11;
+    out[4 * j + 0] = fmaf(acc[4 * j + 0], r0, out[4 * j + 0]);
+    out[4 * j + 1] = fmaf(acc[4 * j + 1], r0, out[4 * j + 1]);
+    out[4 * j + 2] = fmaf(acc[4 * j + 2], r1, out[4 * j + 2]);
+    out[4 * j + 3] = fmaf(acc[4 * j + 3], r1, out[4 * j + 3]);
+  }
+}
+
+// The same, the tile's first w_scale block ending after 64 columns (split_at_64) or after 128.
+template <int NJ>
+__device__ __forceinline__ void promote_cols(bool split_at_64, float *out, float const *acc, float a0, float a1,
+                                             float b0, float b1) {
+  if (split_at_64) {
+    promote<NJ, 8>(out, acc, a0 * b0, a0 * b1, a1 * b0, a1 * b1);
+  } else {
+    promote<NJ, 16>(out, acc, a0 * b0, a0 * b1, a1 * b0, a1 * b1);
+  }
+}
+#endif  // GEMM_WGMMA_DEVICE
+
+// The persistent schedule: tile t -> (tile_m, tile_n), in groups of `group` tiles along M (or along N
+// when along_n) so that the CTAs in flight share operand tiles in L2.
+struct Schedule {
+  int tiles_m, tiles_n, group, along_n;
+  __host__ __device__ int count() const { return tiles_m * tiles_n; }
+  __device__ void tile(int t, int &tm, int &tn) const {
+    int const major = along_n ? tiles_n : tiles_m, minor = along_n ? tiles_m : tiles_n;
+    int const per_group = group * minor;
+    int const first = (t / per_group) * group;
+    int const size = min(major - first, group);
+    int const within = t % per_group;
+    int const a = first + within % size, b = within / size;
+    tm = along_n ? b : a;
+    tn = along_n ? a : b;
+  }
+};
 
 template <int BN>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -95,7 +247,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   int const t128 = threadIdx.x % 128;
   int const warp = t128 / 32, lane = t128 % 32;
   int const nblocks = (N + 127) / 128;  // w_scale rows
-  uint32_t const out_base = base + L::kOffOut + cw * (BN / 64) * kChunk;
+  uint32_t const out_base = base + L::kOffOut + cw * (BN / 64) * L::kChunk;
   float out[BN / 2];
   float acc[BN / 2];
   uint32_t it = 0;
@@ -133,7 +285,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     int const r = 16 * warp + lane / 4;  // row within the warpgroup's block (and r + 8)
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
-      uint32_t const chunk = out_base + (j / 8) * kChunk;
+      uint32_t const chunk = out_base + (j / 8) * L::kChunk;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         int const rr = r + 8 * h;
@@ -147,13 +299,45 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (t128 == 0 && m0 + 64 * cw < M) {
 #pragma unroll
       for (int c = 0; c < BN / 64; ++c) {
-        if (n0 + 64 * c < N) tma_store(&map_d, out_base + c * kChunk, n0 + 64 * c, m0 + 64 * cw);
+        if (n0 + 64 * c < N) tma_store(&map_d, out_base + c * L::kChunk, n0 + 64 * c, m0 + 64 * cw);
       }
       asm volatile("cp.async.bulk.commit_group;" ::: "memory");
     }
   }
   if (t128 == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 #endif  // GEMM_WGMMA_DEVICE
+}
+
+// ---------------------------------------------------------------------------------------------
+// host side
+// ---------------------------------------------------------------------------------------------
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void *p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      p = nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+// A 2-D row-major tensor (rows x cols elements, row stride ld elements) read or written in boxes of
+// box_rows x box_cols with 128-byte swizzle (box_cols * element size must be 128 bytes).
+bool encode(CUtensorMap *map, CUtensorMapDataType type, int elem_bytes, void const *ptr, uint64_t rows,
+            uint64_t cols, uint64_t ld, uint32_t box_rows, uint32_t box_cols) {
+  auto fn = tensor_map_encoder();
+  if (fn == nullptr) return false;
+  cuuint64_t dims[2] = {cols, rows};
+  cuuint64_t strides[1] = {ld * elem_bytes};
+  cuuint32_t box[2] = {box_cols, box_rows};
+  cuuint32_t elem_strides[2] = {1, 1};
+  return fn(map, type, 2, const_cast<void *>(ptr), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 template <int BN>
@@ -170,9 +354,15 @@ int run_wgmma(GemmArgs const &g, void *, cudaStream_t stream) {
       !encode(&map_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, g.d, g.M, g.N, g.ldd, 64, 64)) {
     return -static_cast<int>(cudaErrorInvalidValue);
   }
+  // Opt in to more than 48 KiB of shared memory, once per device (a race only sets it twice). No
+  // std::call_once: it needs glibc 2.34's pthread_once, outside the manylinux_2_28 ABI the Hub accepts.
   auto kernel = wgmma_gemm_kernel<BN>;
-  cudaError_t const err = opt_in_smem<wgmma_gemm_kernel<BN>>(L::kSmem, g.device);
-  if (err != cudaSuccess) return -static_cast<int>(err);
+  static std::atomic<bool> opted_in[64];
+  if (!opted_in[g.device & 63].load(std::memory_order_relaxed)) {
+    cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem);
+    if (err != cudaSuccess) return -static_cast<int>(err);
+    opted_in[g.device & 63].store(true, std::memory_order_relaxed);
+  }
   Schedule sched{(g.M + kBlockM - 1) / kBlockM, (g.N + BN - 1) / BN, g.swizzle > 1 ? g.swizzle : 8,
                  g.raster == 2 ? 1 : 0};
   int const grid = sched.count() < g.sm_count ? sched.count() : g.sm_count;

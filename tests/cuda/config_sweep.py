@@ -10,9 +10,9 @@ device time only). Prints a table and writes config_sweep.json to --out.
 
 A variant is `pick` (pick_tuning's choice), `torch` (F.scaled_mm blockwise), or `c<cfg>` followed by
 optional knobs `r<raster>` `s<swizzle>` `p<splits>` `k<kslices>` (see Tuning in gemm/cuda/gemm_cuda.h).
-Run 8 swept the K-sliced configuration with `c5k1,c5k2,c5k4,...`. Seed-layout variants: `spick`
-(pick_seed_tuning's choice), `sold` (both operands transposed, then the natural path's choice) and
-`seed<cfg>` (seed_with_config with that cfg: 100-103 are the fused kernels of gemm_cuda_wgmma_seed.cu).
+Run 8 swept the K-sliced configuration with `c5k1,c5k2,c5k4,...`. Seed-layout variants (the same
+problems passed as a, b, a_scale, b_scale): `spick` (the op's own choice) and `seed<cfg>` (seed_with_config
+with that cfg); runs 18-19 swept the fused seed kernels of commit aa53cea this way.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def parse_variant(spec: str) -> dict | None:
         return None
     if spec == "pick":
         return {"cfg": -1}
-    seed = {"spick": -1, "sold": -2}.get(spec)
+    seed = -1 if spec == "spick" else None
     if seed is None and (m := re.fullmatch(r"seed(\d+)", spec)):
         seed = int(m.group(1))
     if seed is not None:
@@ -96,8 +96,6 @@ def main() -> int:
         sets = [make_inputs(shape, dev, torch.float8_e4m3fn, gen) for _ in range(3)]
         outs = [torch.empty(m, n, dtype=torch.bfloat16, device=dev) for _ in sets]
         row = {"m": m, "n": n, "k": k, "pick_tuning": list(mod.pick_tuning(m, n, k))}
-        if hasattr(mod, "pick_seed_tuning"):
-            row["pick_seed_tuning"] = mod.pick_seed_tuning(m, n, k)
         ref, terms = reference(sets[0]), magnitude(sets[0])  # the cuda backend's rule (benchmarks.problem)
         variants, ok = {}, {}
         for spec in specs:

@@ -27,9 +27,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                            at::Tensor b, at::Tensor sa, at::Tensor sb) {
     gemm_cuda::seed_prepare(x, w, sx, sw, a, b, sa, sb);
   });
-  m.def("pick_seed_tuning", [](int64_t m, int64_t n, int64_t k) {
-    return gemm_cuda::pick_seed_tuning(m, n, k).cfg;
-  });
   m.def("num_configs", &gemm_cuda::num_configs);
   m.def("config_name", [](int cfg) { return std::string(gemm_cuda::config_name(cfg)); });
   m.def("pick_tuning", [](int64_t m, int64_t n, int64_t k) {
