@@ -12,7 +12,7 @@ A variant is `pick` (pick_tuning's choice), `torch` (F.scaled_mm blockwise), or 
 optional knobs `r<raster>` `s<swizzle>` `p<splits>` `k<kslices>` (see Tuning in gemm/cuda/gemm_cuda.h).
 Run 8 swept the K-sliced configuration with `c5k1,c5k2,c5k4,...`. Seed-layout variants (the same
 problems passed as a, b, a_scale, b_scale): `spick` (the op's own choice) and `seed<cfg>` (seed_with_config
-with that cfg); runs 18-19 swept the fused seed kernels of commit aa53cea this way.
+with that cfg); runs 18-19 swept the fused seed kernels of commit e32161e this way.
 """
 
 from __future__ import annotations
