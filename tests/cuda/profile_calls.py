@@ -2,7 +2,7 @@
 on one shape, each twice (a warm-up, then the one to profile). Not collected by pytest.
 
     ncu --clock-control none -k regex:'wgmma|Gemm|gemm|xmma' --section SpeedOfLight ... \\
-        python3 tests/cuda/profile_calls.py --kernel-dir build --shape 6144x4608x7168
+        python3 tests/cuda/profile_calls.py --kernel-dir build --shape 6144x4608x7168   (or --jit)
 """
 
 from __future__ import annotations
@@ -23,17 +23,33 @@ from benchmarks.problem import make_inputs, parse_shapes  # noqa: E402
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--kernel-dir", type=pathlib.Path, required=True)
+    ap.add_argument("--kernel-dir", type=pathlib.Path, help="the built variant (else --jit)")
+    ap.add_argument("--jit", action="store_true", help="the JIT binding of tests/cuda/device_check.py")
     ap.add_argument("--shape", default="6144x4608x7168")
     args = ap.parse_args()
-    from kernels import get_local_kernel
-
-    kernel = get_local_kernel(args.kernel_dir)
     (shape,) = parse_shapes(args.shape)
     s = make_inputs(shape, torch.device("cuda"), torch.float8_e4m3fn, torch.Generator().manual_seed(1))
     sa, sb = blockwise_scale_a(s.x_scale), blockwise_scale_b(s.w_scale)
+    if args.jit:
+        from tests.cuda.device_check import load_jit
+
+        mod = load_jit()
+        out = torch.empty(shape.m, shape.n, dtype=torch.bfloat16, device="cuda")
+
+        def natural():
+            mod.gemm_natural(out, s.x, s.w, s.x_scale, s.w_scale)
+            return out
+    elif args.kernel_dir:
+        from kernels import get_local_kernel
+
+        kernel = get_local_kernel(args.kernel_dir)
+
+        def natural():
+            return kernel.gemm_natural(s.x, s.w, s.x_scale, s.w_scale)
+    else:
+        ap.error("give --kernel-dir or --jit")
     for _ in range(2):
-        ours = kernel.gemm_natural(s.x, s.w, s.x_scale, s.w_scale)
+        ours = natural()
         torch.cuda.synchronize()
         theirs = _blockwise(s.x, s.w, sa, sb)
         torch.cuda.synchronize()
