@@ -41,16 +41,13 @@ constexpr int kBlockK = 128;  // one scale block of K = one 128-byte swizzle row
 constexpr int kThreads = 384;
 constexpr int kSmemLimit = 232448;  // sm_90 opt-in dynamic shared memory per block (227 KiB)
 
-// kBoxAtATime: the epilogue stages one 64 x 64 output box per warpgroup at a time (less shared memory
-// for it, one more pipeline stage at BN = 192) instead of the warpgroup's whole 64 x BN block.
-template <int BN, bool kBoxAtATime>
+template <int BN>
 struct Layout {
   static_assert(BN == 128 || BN == 192, "N tile: 128 or 192 (the promotion handles at most two w_scale blocks)");
   static constexpr int kBytesA = kBlockM * kBlockK;  // per stage
   static constexpr int kBytesB = BN * kBlockK;
   static constexpr int kChunk = 64 * 128;  // one 64-row x 64-column bf16 output box (128-byte rows)
-  static constexpr int kBoxes = kBoxAtATime ? 1 : BN / 64;  // staged output boxes per warpgroup
-  static constexpr int kBytesOut = 2 * kBoxes * kChunk;  // both warpgroups
+  static constexpr int kBytesOut = 2 * (BN / 64) * kChunk;  // both warpgroups
   static constexpr int kStages = (kSmemLimit - 1024 - 256 - kBytesOut) / (kBytesA + kBytesB);
   static constexpr int kOffB = kStages * kBytesA;
   static constexpr int kOffOut = kOffB + kStages * kBytesB;
@@ -199,15 +196,13 @@ struct Schedule {
   }
 };
 
-// kScalesAhead: each K block's scales are loaded one K block ahead (in registers) rather than at its
-// start.
-template <int BN, bool kScalesAhead, bool kBoxAtATime>
+template <int BN>
 __global__ void __launch_bounds__(kThreads, 1)
     wgmma_gemm_kernel(__grid_constant__ CUtensorMap const map_x, __grid_constant__ CUtensorMap const map_w,
                       __grid_constant__ CUtensorMap const map_d, float const *__restrict__ sx,
                       float const *__restrict__ sw, int M, int N, int K, Schedule sched) {
 #ifdef GEMM_WGMMA_DEVICE
-  using L = Layout<BN, kBoxAtATime>;
+  using L = Layout<BN>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t *smem = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint32_t const base = smem_addr(smem);
@@ -252,7 +247,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   int const t128 = threadIdx.x % 128;
   int const warp = t128 / 32, lane = t128 % 32;
   int const nblocks = (N + 127) / 128;  // w_scale rows
-  uint32_t const out_base = base + L::kOffOut + cw * L::kBoxes * L::kChunk;
+  uint32_t const out_base = base + L::kOffOut + cw * (BN / 64) * L::kChunk;
   float out[BN / 2];
   float acc[BN / 2];
   uint32_t it = 0;
@@ -270,21 +265,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) out[i] = 0.f;
 
-    float na0 = 0.f, na1 = 0.f, nb0 = 0.f, nb1 = 0.f;  // the next K block's scales (kScalesAhead)
-    if (kScalesAhead) {
-      na0 = __ldg(sx0), na1 = __ldg(sx1), nb0 = __ldg(sw0), nb1 = __ldg(sw1);
-    }
     for (int kb = 0; kb < kblocks; ++kb, ++it) {
       int const s = it % L::kStages;
       // the scales first: their loads are in flight while the batch runs
-      float a0, a1, b0, b1;
-      if (kScalesAhead) {
-        a0 = na0, a1 = na1, b0 = nb0, b1 = nb1;
-        int const kn = min(kb + 1, kblocks - 1);
-        na0 = __ldg(sx0 + kn), na1 = __ldg(sx1 + kn), nb0 = __ldg(sw0 + kn), nb1 = __ldg(sw1 + kn);
-      } else {
-        a0 = __ldg(sx0 + kb), a1 = __ldg(sx1 + kb), b0 = __ldg(sw0 + kb), b1 = __ldg(sw1 + kb);
-      }
+      float const a0 = __ldg(sx0 + kb), a1 = __ldg(sx1 + kb);
+      float const b0 = __ldg(sw0 + kb), b1 = __ldg(sw1 + kb);
       bar_wait(full_bar + 8 * s, (it / L::kStages) & 1);
       issue_batch<BN>(acc, kmajor_sw128_desc(base + s * L::kBytesA + cw * 64 * kBlockK),
                       kmajor_sw128_desc(base + L::kOffB + s * L::kBytesB));
@@ -294,33 +279,29 @@ __global__ void __launch_bounds__(kThreads, 1)
       promote_cols<BN / 8>(split_at_64, out, acc, a0, a1, b0, b1);
     }
 
-    // Epilogue: this warpgroup's 64 x BN bf16 block, 64 columns per 128-byte-swizzled box, staged
-    // kBoxes boxes at a time.
+    // Epilogue: this warpgroup's 64 x BN bf16 block, 64 columns per 128-byte-swizzled box.
+    if (t128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // last tile's store read
+    named_sync(1 + cw);
     int const r = 16 * warp + lane / 4;  // row within the warpgroup's block (and r + 8)
 #pragma unroll
-    for (int b0 = 0; b0 < BN / 64; b0 += L::kBoxes) {
-      if (t128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // last store read
-      named_sync(1 + cw);
+    for (int j = 0; j < BN / 8; ++j) {
+      uint32_t const chunk = out_base + (j / 8) * L::kChunk;
 #pragma unroll
-      for (int j = 8 * b0; j < 8 * (b0 + L::kBoxes); ++j) {
-        uint32_t const chunk = out_base + (j / 8 - b0) * L::kChunk;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          int const rr = r + 8 * h;
-          __nv_bfloat162 const v = __floats2bfloat162_rn(out[4 * j + 2 * h], out[4 * j + 2 * h + 1]);
-          uint32_t const addr = chunk + rr * 128 + (((j % 8) ^ (rr % 8)) << 4) + 4 * (lane % 4);
-          asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(*reinterpret_cast<uint32_t const *>(&v)));
-        }
+      for (int h = 0; h < 2; ++h) {
+        int const rr = r + 8 * h;
+        __nv_bfloat162 const v = __floats2bfloat162_rn(out[4 * j + 2 * h], out[4 * j + 2 * h + 1]);
+        uint32_t const addr = chunk + rr * 128 + (((j % 8) ^ (rr % 8)) << 4) + 4 * (lane % 4);
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(*reinterpret_cast<uint32_t const *>(&v)));
       }
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // make the writes visible to TMA
-      named_sync(1 + cw);
-      if (t128 == 0 && m0 + 64 * cw < M) {
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // make the writes visible to TMA
+    named_sync(1 + cw);
+    if (t128 == 0 && m0 + 64 * cw < M) {
 #pragma unroll
-        for (int c = b0; c < b0 + L::kBoxes; ++c) {
-          if (n0 + 64 * c < N) tma_store(&map_d, out_base + (c - b0) * L::kChunk, n0 + 64 * c, m0 + 64 * cw);
-        }
-        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+      for (int c = 0; c < BN / 64; ++c) {
+        if (n0 + 64 * c < N) tma_store(&map_d, out_base + c * L::kChunk, n0 + 64 * c, m0 + 64 * cw);
       }
+      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
     }
   }
   if (t128 == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
@@ -359,9 +340,9 @@ bool encode(CUtensorMap *map, CUtensorMapDataType type, int elem_bytes, void con
             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int BN, bool kScalesAhead = false, bool kBoxAtATime = false>
+template <int BN>
 int run_wgmma(GemmArgs const &g, void *, cudaStream_t stream) {
-  using L = Layout<BN, kBoxAtATime>;
+  using L = Layout<BN>;
   // bf16 output only, K a whole number of blocks, TMA's 16-byte row strides and base addresses.
   if (g.kslices != 1 || g.K % kBlockK != 0 || g.N % 8 != 0 || g.ldd % 8 != 0 ||
       (reinterpret_cast<uintptr_t>(g.d) & 15) != 0) {
@@ -375,7 +356,7 @@ int run_wgmma(GemmArgs const &g, void *, cudaStream_t stream) {
   }
   // Opt in to more than 48 KiB of shared memory, once per device (a race only sets it twice). No
   // std::call_once: it needs glibc 2.34's pthread_once, outside the manylinux_2_28 ABI the Hub accepts.
-  auto kernel = wgmma_gemm_kernel<BN, kScalesAhead, kBoxAtATime>;
+  auto kernel = wgmma_gemm_kernel<BN>;
   static std::atomic<bool> opted_in[64];
   if (!opted_in[g.device & 63].load(std::memory_order_relaxed)) {
     cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem);
@@ -398,19 +379,5 @@ char const *const kNameCfg6 = "wgmma_128x128_persistent";
 size_t workspace_cfg7(GemmArgs const &) { return 0; }
 int run_cfg7(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<192>(g, ws, stream); }
 char const *const kNameCfg7 = "wgmma_128x192_persistent";
-
-// Experiments on the 128x192 kernel (run 21): scales loaded a K block ahead; one output box staged at a
-// time (5 pipeline stages instead of 4); both.
-size_t workspace_cfg8(GemmArgs const &) { return 0; }
-int run_cfg8(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<192, true, false>(g, ws, stream); }
-char const *const kNameCfg8 = "wgmma_128x192_scales_ahead";
-
-size_t workspace_cfg9(GemmArgs const &) { return 0; }
-int run_cfg9(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<192, false, true>(g, ws, stream); }
-char const *const kNameCfg9 = "wgmma_128x192_5stages";
-
-size_t workspace_cfg10(GemmArgs const &) { return 0; }
-int run_cfg10(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<192, true, true>(g, ws, stream); }
-char const *const kNameCfg10 = "wgmma_128x192_5stages_scales_ahead";
 
 }  // namespace gemm_cuda
