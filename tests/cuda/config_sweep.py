@@ -104,7 +104,7 @@ def main() -> int:
             try:
                 out = fns[0]()
                 torch.cuda.synchronize()
-            except RuntimeError as e:  # a configuration refused for this shape: say so, go on
+            except (RuntimeError, ValueError) as e:  # a variant refused for this shape: say so, go on
                 row[f"{spec}_error"] = str(e).splitlines()[0][:200]
                 continue
             out = outs[0] if out is None else out
