@@ -45,11 +45,10 @@ def parse_variant(spec: str) -> dict | None:
         return None
     if spec == "pick":
         return {"cfg": -1}
-    seed = -1 if spec == "spick" else None
-    if seed is None and (m := re.fullmatch(r"seed(\d+)", spec)):
-        seed = int(m.group(1))
-    if seed is not None:
-        return {"cfg": seed, "layout": "seed"}
+    if spec == "spick":
+        return {"cfg": -1, "layout": "seed"}
+    if m := re.fullmatch(r"seed(\d+)", spec):
+        return {"cfg": int(m.group(1)), "layout": "seed"}
     m = re.fullmatch(r"c(\d+)((?:[rspk]\d+)*)", spec)
     if not m:
         raise SystemExit(f"bad variant {spec!r}: want pick, torch or c<cfg>[r<n>][s<n>][p<n>][k<n>]")

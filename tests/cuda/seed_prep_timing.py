@@ -20,7 +20,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.problem import BLOCK, make_inputs, parse_shapes  # noqa: E402
+from benchmarks.problem import make_inputs, parse_shapes  # noqa: E402
 from benchmarks.timing import Budget, Flusher, time_samples  # noqa: E402
 from tests.cuda.device_check import load_jit  # noqa: E402
 
@@ -29,9 +29,8 @@ def measure(mod, shape, dev, budget, flush, gen) -> dict:
     """Device times (us) of the preparation alone, the natural call and the seed call on one shape."""
     m, n, k = shape.m, shape.n, shape.k
     s = make_inputs(shape, dev, torch.float8_e4m3fn, gen)
-    nb = (n + BLOCK - 1) // BLOCK
-    x, w = torch.empty_like(s.x), torch.empty_like(s.w)
-    sx, sw = torch.empty(m, k // BLOCK, device=dev), torch.empty(nb, k // BLOCK, device=dev)
+    x, w = torch.empty_like(s.x), torch.empty_like(s.w)  # the K-major outputs of the preparation
+    sx, sw = torch.empty_like(s.x_scale), torch.empty_like(s.w_scale)
     out = torch.empty(m, n, dtype=torch.bfloat16, device=dev)
     fns = {
         "prep": lambda: mod.seed_prepare(x, w, sx, sw, s.a, s.b, s.a_scale, s.b_scale),
