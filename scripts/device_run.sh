@@ -7,6 +7,8 @@
 #   bash scripts/device_run.sh bench   # full without the sanitizers
 #   bash scripts/device_run.sh test    # build stage + pytest (tests/kernel, tests/cuda) only
 #   bash scripts/device_run.sh check   # test + sanitizers + Nsight Compute counters (PROFILE_SHAPE)
+#   bash scripts/device_run.sh sweep   # JIT build once, then tests/cuda/config_sweep.py (SWEEP_VARIANTS,
+#                                      # SWEEP_SHAPES, SWEEP_ROUNDS); .cache/cuda_prebuilt/*.o if carried
 # Logs and results go to $OUT. See gemm/cuda/NOTES.md.
 set -u -o pipefail
 mode=${1:-jit}
@@ -46,6 +48,14 @@ if [ "$mode" = jit ]; then
       --shapes $n > "$OUT/sanitizer_$tool.log" 2>&1
     echo "sanitizer $tool exit=$?"; tail -n 4 "$OUT/sanitizer_$tool.log"
   done
+elif [ "$mode" = sweep ]; then
+  # Build first with no timeout: a build killed by one leaves torch's lock, and every later load waits on it.
+  [ -d .cache/cuda_prebuilt ] && export GEMM_CUDA_PREBUILT=.cache/cuda_prebuilt
+  python3 -c "from tests.cuda.device_check import load_jit; load_jit()" 2>&1 | tail -n 5 || exit 1
+  timeout 420 python3 tests/cuda/config_sweep.py --out "$OUT/sweep" --rounds "${SWEEP_ROUNDS:-3}" \
+    --variants "${SWEEP_VARIANTS:-pick,c6,c7,torch}" --shapes "${SWEEP_SHAPES:-challenge,8192x8192x8192}" \
+    > "$OUT/sweep.log" 2>&1 || rc=1
+  tail -n 26 "$OUT/sweep.log" | cut -c1-200
 else
   # CUTLASS headers (nvidia-cutlass wheel) and -DNDEBUG for nvcc, until scripts/build.py adds them itself.
   cut=$(python3 -c "import importlib.util as u, pathlib as p; b = p.Path(list(u.find_spec('cutlass_library').submodule_search_locations)[0]) / 'source'; print(f'-I{b}/include -I{b}/tools/util/include')")

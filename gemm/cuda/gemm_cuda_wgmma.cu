@@ -108,36 +108,6 @@ __device__ __forceinline__ void tma_load(void const *map, uint32_t bar, uint32_t
       : "memory");
 }
 
-// The same box multicast into the shared memory of every CTA of the cluster in `mask` (same offset in
-// each), each completing its bytes on the mbarrier at the same offset in that CTA.
-__device__ __forceinline__ void tma_load_multicast(void const *map, uint32_t bar, uint32_t dst, int c0, int c1,
-                                                   uint16_t mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
-      "l"(map), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
-      : "memory");
-}
-
-// Arrive on the mbarrier at the same shared-memory offset in CTA `rank` of the cluster. Default (CTA-scope
-// release) semantics: the stage's reads by wgmma are complete (wait_group) before this arrive, so nothing
-// needs ordering at cluster scope; run 22's `.release.cluster` arrives made every K block ~2x slower.
-__device__ __forceinline__ void bar_arrive_cluster(uint32_t bar, uint32_t rank) {
-  asm volatile(
-      "{\n"
-      ".reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
-      "}\n" ::"r"(bar),
-      "r"(rank)
-      : "memory");
-}
-
-// Every thread of every CTA in the cluster (not warp-aligned: the producer warpgroup arrives diverged).
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
-}
-
 __device__ __forceinline__ void tma_store(void const *map, uint32_t src, int c0, int c1) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
                ::"l"(map), "r"(src), "r"(c0), "r"(c1)
@@ -226,51 +196,29 @@ struct Schedule {
   }
 };
 
-// Kernel variants: BN (N tile: 128 or 192); kCluster 1, or 2: CTA pairs along M share the w tile, each
-// CTA loading half of it by TMA multicast into both CTAs' shared memory (half the L2 reads of w, as
-// cuBLASLt's 2x1 clusters do); kPromote, how the promotions keep off the tensor cores' critical path:
-//   kSerial      each warpgroup waits for its batch, then promotes it (the two warpgroups run in step, so
-//                the tensor cores can idle while both promote);
-//   kTwoAcc      BN = 128 only (out + two 64-register accumulators fit in 232 registers): batch kb runs
-//                while batch kb - 1 is promoted;
-//   kStaggered   serial, but warpgroup 1 starts one K block after warpgroup 0, so that one warpgroup's
-//                promotion overlaps the other's batch.
-// The schedule's units are single tiles, or with kCluster = 2 pairs of M tiles (tiles_m = pairs).
-enum Promote { kSerial = 0, kTwoAcc = 1, kStaggered = 2 };
-
-template <int BN, int kCluster, int kPromote>
+template <int BN>
 __global__ void __launch_bounds__(kThreads, 1)
     wgmma_gemm_kernel(__grid_constant__ CUtensorMap const map_x, __grid_constant__ CUtensorMap const map_w,
                       __grid_constant__ CUtensorMap const map_d, float const *__restrict__ sx,
                       float const *__restrict__ sw, int M, int N, int K, Schedule sched) {
 #ifdef GEMM_WGMMA_DEVICE
-  static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs");
-  static_assert(kPromote != kTwoAcc || BN == 128, "two batch accumulators fit the registers at BN = 128 only");
   using L = Layout<BN>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t *smem = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint32_t const base = smem_addr(smem);
   uint32_t const full_bar = base + L::kOffBar;  // kStages barriers: the stage's TMA bytes arrived
-  uint32_t const empty_bar = full_bar + 8 * L::kStages;  // kStages barriers: every consumer is done
+  uint32_t const empty_bar = full_bar + 8 * L::kStages;  // kStages barriers: both consumers are done
   int const kblocks = K / kBlockK;
-  int const units = sched.count();
-  int const tiles_m = (M + kBlockM - 1) / kBlockM;
-  uint32_t rank = 0;  // within the cluster
-  if constexpr (kCluster > 1) asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-  int const first_unit = blockIdx.x / kCluster, unit_step = gridDim.x / kCluster;
+  int const tiles = sched.count();
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < L::kStages; ++s) {
       bar_init(full_bar + 8 * s, 1);
-      bar_init(empty_bar + 8 * s, 8 * kCluster);  // lane 0 of each consumer warp of every CTA it feeds
+      bar_init(empty_bar + 8 * s, 8);  // lane 0 of each of the 8 consumer warps
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  if constexpr (kCluster > 1) {
-    cluster_sync();  // the peer's barriers are initialised before anything signals them
-  } else {
-    __syncthreads();
-  }
+  __syncthreads();
 
   int const wg = threadIdx.x / 128;
   if (wg == 0) {  // producer
@@ -279,152 +227,84 @@ __global__ void __launch_bounds__(kThreads, 1)
       asm volatile("prefetch.tensormap [%0];" ::"l"(&map_x) : "memory");
       asm volatile("prefetch.tensormap [%0];" ::"l"(&map_w) : "memory");
       uint32_t it = 0;
-      for (int u = first_unit; u < units; u += unit_step) {
-        int um, tn;
-        sched.tile(u, um, tn);
-        // The second tile of a pair past M re-reads the last tile (never stored): each CTA of a cluster
-        // runs the same number of K blocks, and its half of w is still needed by its peer.
-        int const tm = min(um * kCluster + static_cast<int>(rank), tiles_m - 1);
+      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int tm, tn;
+        sched.tile(t, tm, tn);
         for (int kb = 0; kb < kblocks; ++kb, ++it) {
           int const s = it % L::kStages;
           bar_wait(empty_bar + 8 * s, ((it / L::kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
-          bar_expect_tx(full_bar + 8 * s, L::kBytesA + L::kBytesB);  // with kCluster 2: both halves of w
+          bar_expect_tx(full_bar + 8 * s, L::kBytesA + L::kBytesB);
           tma_load(&map_x, full_bar + 8 * s, base + s * L::kBytesA, kb * kBlockK, tm * kBlockM);
-          if constexpr (kCluster == 1) {
-            tma_load(&map_w, full_bar + 8 * s, base + L::kOffB + s * L::kBytesB, kb * kBlockK, tn * BN);
-          } else {
-            constexpr int kHalf = BN / 2;  // rows of w per CTA; a multiple of the 8-row swizzle atom
-            int const row = min(tn * BN + static_cast<int>(rank) * kHalf, N - 1);  // rows >= N: unused columns
-            tma_load_multicast(&map_w, full_bar + 8 * s, base + L::kOffB + s * L::kBytesB + rank * kHalf * kBlockK,
-                               kb * kBlockK, row, 0x3);
-          }
+          tma_load(&map_w, full_bar + 8 * s, base + L::kOffB + s * L::kBytesB, kb * kBlockK, tn * BN);
         }
       }
     }
-  } else {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-    int const cw = wg - 1;  // consumer warpgroup: rows 64 cw .. 64 cw + 63 of the tile
-    int const t128 = threadIdx.x % 128;
-    int const warp = t128 / 32, lane = t128 % 32;
-    int const nblocks = (N + 127) / 128;  // w_scale rows
-    uint32_t const out_base = base + L::kOffOut + cw * (BN / 64) * L::kChunk;
-    // The stage's operands are consumed: tell every producer that writes into it.
-    auto release = [&](int s) {
-      if (lane != 0) return;
-      if constexpr (kCluster == 1) {
-        bar_arrive(empty_bar + 8 * s);
-      } else {
-#pragma unroll
-        for (uint32_t r = 0; r < kCluster; ++r) bar_arrive_cluster(empty_bar + 8 * s, r);
-      }
-    };
-    float out[BN / 2];
-    float acc[BN / 2];
-    uint32_t it = 0;
-    for (int u = first_unit; u < units; u += unit_step) {
-      int um, tn;
-      sched.tile(u, um, tn);
-      int const m0 = (um * kCluster + static_cast<int>(rank)) * kBlockM, n0 = tn * BN;
-      int const row = m0 + 64 * cw + 16 * warp + lane / 4;  // and row + 8
-      // Scale rows past M / blocks past N are clamped (their outputs are clipped by the TMA store).
-      float const *sx0 = sx + static_cast<int64_t>(min(row, M - 1)) * kblocks;
-      float const *sx1 = sx + static_cast<int64_t>(min(row + 8, M - 1)) * kblocks;
-      float const *sw0 = sw + static_cast<int64_t>(min(n0 / 128, nblocks - 1)) * kblocks;
-      float const *sw1 = sw + static_cast<int64_t>(min(n0 / 128 + 1, nblocks - 1)) * kblocks;
-      bool const split_at_64 = (n0 % 128) != 0;  // BN = 192 only: columns 0..63 in the first block
-#pragma unroll
-      for (int i = 0; i < BN / 2; ++i) out[i] = 0.f;
-
-      if constexpr (kPromote != kTwoAcc) {
-        for (int kb = 0; kb < kblocks; ++kb, ++it) {
-          int const s = it % L::kStages;
-          // the scales first: their loads are in flight while the batch runs
-          float const a0 = __ldg(sx0 + kb), a1 = __ldg(sx1 + kb);
-          float const b0 = __ldg(sw0 + kb), b1 = __ldg(sw1 + kb);
-          bar_wait(full_bar + 8 * s, (it / L::kStages) & 1);
-          // Staggered: warpgroup 1's very first batch waits until warpgroup 0's first one is done (named
-          // barrier 3, both consumer warpgroups); from then on the two stay about a batch apart.
-          if (kPromote == kStaggered && it == 0 && cw == 1) asm volatile("bar.sync 3, 256;" ::: "memory");
-          issue_batch<BN>(acc, kmajor_sw128_desc(base + s * L::kBytesA + cw * 64 * kBlockK),
-                          kmajor_sw128_desc(base + L::kOffB + s * L::kBytesB));
-          cute::warpgroup_wait<0>();
-          if (kPromote == kStaggered && it == 0 && cw == 0) asm volatile("bar.arrive 3, 256;" ::: "memory");
-          fence_all<BN>(acc);
-          release(s);
-          promote_cols<BN / 8>(split_at_64, out, acc, a0, a1, b0, b1);
-        }
-      } else {
-        // Batch kb goes into acc (kb even) or acc2 (kb odd), and block kb - 1 is promoted while it runs.
-        // The loop is unrolled by two so that each array is named statically: ptxas then sees that the
-        // registers read after `wait<1>` belong to a retired batch (else it serializes every wgmma).
-        float acc2[BN / 2];
-        // Each batch's scales (x rows r and r + 8, the w block) travel with it to its promotion.
-        auto issue = [&](float *cur, int kb) {
-          int const s = it % L::kStages;
-          float3 const scales = make_float3(__ldg(sx0 + kb), __ldg(sx1 + kb), __ldg(sw0 + kb));
-          bar_wait(full_bar + 8 * s, (it / L::kStages) & 1);
-          issue_batch<BN>(cur, kmajor_sw128_desc(base + s * L::kBytesA + cw * 64 * kBlockK),
-                          kmajor_sw128_desc(base + L::kOffB + s * L::kBytesB));
-          ++it;
-          return scales;
-        };
-        auto retire = [&](float *done, float3 sc, uint32_t done_it) {  // `done`'s batch has completed
-          fence_all<BN>(done);
-          release(done_it % L::kStages);
-          float const s0 = sc.x * sc.z, s1 = sc.y * sc.z;
-          promote<BN / 8, BN / 8>(out, done, s0, s0, s1, s1);
-        };
-        float3 sc = issue(acc, 0);
-        int kb = 1;
-        for (; kb + 1 < kblocks; kb += 2) {
-          float3 const sc2 = issue(acc2, kb);
-          cute::warpgroup_wait<1>();
-          retire(acc, sc, it - 2);
-          sc = issue(acc, kb + 1);
-          cute::warpgroup_wait<1>();
-          retire(acc2, sc2, it - 2);
-        }
-        if (kb < kblocks) {  // an even number of K blocks: the last one goes into acc2
-          float3 const sc2 = issue(acc2, kb);
-          cute::warpgroup_wait<1>();
-          retire(acc, sc, it - 2);
-          cute::warpgroup_wait<0>();
-          retire(acc2, sc2, it - 1);
-        } else {
-          cute::warpgroup_wait<0>();
-          retire(acc, sc, it - 1);
-        }
-      }
-
-      // Epilogue: this warpgroup's 64 x BN bf16 block, 64 columns per 128-byte-swizzled box.
-      if (t128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // last tile's store read
-      named_sync(1 + cw);
-      int const r = 16 * warp + lane / 4;  // row within the warpgroup's block (and r + 8)
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {
-        uint32_t const chunk = out_base + (j / 8) * L::kChunk;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          int const rr = r + 8 * h;
-          __nv_bfloat162 const v = __floats2bfloat162_rn(out[4 * j + 2 * h], out[4 * j + 2 * h + 1]);
-          uint32_t const addr = chunk + rr * 128 + (((j % 8) ^ (rr % 8)) << 4) + 4 * (lane % 4);
-          asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(*reinterpret_cast<uint32_t const *>(&v)));
-        }
-      }
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // make the writes visible to TMA
-      named_sync(1 + cw);
-      if (t128 == 0 && m0 + 64 * cw < M) {
-#pragma unroll
-        for (int c = 0; c < BN / 64; ++c) {
-          if (n0 + 64 * c < N) tma_store(&map_d, out_base + c * L::kChunk, n0 + 64 * c, m0 + 64 * cw);
-        }
-        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-      }
-    }
-    if (t128 == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+    return;
   }
-  // No CTA leaves while its peer may still arrive on its barriers or multicast into its shared memory.
-  if constexpr (kCluster > 1) cluster_sync();
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  int const cw = wg - 1;  // consumer warpgroup: rows 64 cw .. 64 cw + 63 of the tile
+  int const t128 = threadIdx.x % 128;
+  int const warp = t128 / 32, lane = t128 % 32;
+  int const nblocks = (N + 127) / 128;  // w_scale rows
+  uint32_t const out_base = base + L::kOffOut + cw * (BN / 64) * L::kChunk;
+  float out[BN / 2];
+  float acc[BN / 2];
+  uint32_t it = 0;
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    int tm, tn;
+    sched.tile(t, tm, tn);
+    int const m0 = tm * kBlockM, n0 = tn * BN;
+    int const row = m0 + 64 * cw + 16 * warp + lane / 4;  // and row + 8
+    // Scale rows past M / blocks past N are clamped (their outputs are clipped by the TMA store).
+    float const *sx0 = sx + static_cast<int64_t>(min(row, M - 1)) * kblocks;
+    float const *sx1 = sx + static_cast<int64_t>(min(row + 8, M - 1)) * kblocks;
+    float const *sw0 = sw + static_cast<int64_t>(min(n0 / 128, nblocks - 1)) * kblocks;
+    float const *sw1 = sw + static_cast<int64_t>(min(n0 / 128 + 1, nblocks - 1)) * kblocks;
+    bool const split_at_64 = (n0 % 128) != 0;  // BN = 192 only: columns 0..63 in the first block
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) out[i] = 0.f;
+
+    for (int kb = 0; kb < kblocks; ++kb, ++it) {
+      int const s = it % L::kStages;
+      // the scales first: their loads are in flight while the batch runs
+      float const a0 = __ldg(sx0 + kb), a1 = __ldg(sx1 + kb);
+      float const b0 = __ldg(sw0 + kb), b1 = __ldg(sw1 + kb);
+      bar_wait(full_bar + 8 * s, (it / L::kStages) & 1);
+      issue_batch<BN>(acc, kmajor_sw128_desc(base + s * L::kBytesA + cw * 64 * kBlockK),
+                      kmajor_sw128_desc(base + L::kOffB + s * L::kBytesB));
+      cute::warpgroup_wait<0>();
+      fence_all<BN>(acc);
+      if (lane == 0) bar_arrive(empty_bar + 8 * s);  // the stage's operands are consumed
+      promote_cols<BN / 8>(split_at_64, out, acc, a0, a1, b0, b1);
+    }
+
+    // Epilogue: this warpgroup's 64 x BN bf16 block, 64 columns per 128-byte-swizzled box.
+    if (t128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // last tile's store read
+    named_sync(1 + cw);
+    int const r = 16 * warp + lane / 4;  // row within the warpgroup's block (and r + 8)
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      uint32_t const chunk = out_base + (j / 8) * L::kChunk;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        int const rr = r + 8 * h;
+        __nv_bfloat162 const v = __floats2bfloat162_rn(out[4 * j + 2 * h], out[4 * j + 2 * h + 1]);
+        uint32_t const addr = chunk + rr * 128 + (((j % 8) ^ (rr % 8)) << 4) + 4 * (lane % 4);
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(*reinterpret_cast<uint32_t const *>(&v)));
+      }
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // make the writes visible to TMA
+    named_sync(1 + cw);
+    if (t128 == 0 && m0 + 64 * cw < M) {
+#pragma unroll
+      for (int c = 0; c < BN / 64; ++c) {
+        if (n0 + 64 * c < N) tma_store(&map_d, out_base + c * L::kChunk, n0 + 64 * c, m0 + 64 * cw);
+      }
+      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    }
+  }
+  if (t128 == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 #endif  // GEMM_WGMMA_DEVICE
 }
 
@@ -460,32 +340,7 @@ bool encode(CUtensorMap *map, CUtensorMapDataType type, int elem_bytes, void con
             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// How many 2-CTA clusters of this kernel fit on the device at once (its persistent grid), once per device.
-template <auto kKernel>
-int max_clusters(GemmArgs const &g, int smem) {
-  static std::atomic<int> known[64];
-  int n = known[g.device & 63].load(std::memory_order_relaxed);
-  if (n > 0) return n;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(2 * (g.sm_count / 2));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = smem;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = 2;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  if (cudaOccupancyMaxActiveClusters(&n, kKernel, &cfg) != cudaSuccess || n <= 0) {
-    (void)cudaGetLastError();  // not sticky; fall back to one cluster per SM pair
-    n = g.sm_count / 2;
-  }
-  known[g.device & 63].store(n, std::memory_order_relaxed);
-  return n;
-}
-
-template <int BN, int kCluster, int kPromote>
+template <int BN>
 int run_wgmma(GemmArgs const &g, void *, cudaStream_t stream) {
   using L = Layout<BN>;
   // bf16 output only, K a whole number of blocks, TMA's 16-byte row strides and base addresses.
@@ -495,78 +350,34 @@ int run_wgmma(GemmArgs const &g, void *, cudaStream_t stream) {
   }
   CUtensorMap map_x, map_w, map_d;
   if (!encode(&map_x, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.x, g.M, g.K, g.K, kBlockM, kBlockK) ||
-      !encode(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.w, g.N, g.K, g.K, BN / kCluster, kBlockK) ||
+      !encode(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.w, g.N, g.K, g.K, BN, kBlockK) ||
       !encode(&map_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, g.d, g.M, g.N, g.ldd, 64, 64)) {
     return -static_cast<int>(cudaErrorInvalidValue);
   }
-  // Opt in to more than 48 KiB of shared memory, once per device and kernel (a race only sets it twice).
-  // No std::call_once: it needs glibc 2.34's pthread_once, outside the manylinux_2_28 ABI the Hub accepts.
-  constexpr auto kernel = wgmma_gemm_kernel<BN, kCluster, kPromote>;
+  // Opt in to more than 48 KiB of shared memory, once per device (a race only sets it twice). No
+  // std::call_once: it needs glibc 2.34's pthread_once, outside the manylinux_2_28 ABI the Hub accepts.
+  auto kernel = wgmma_gemm_kernel<BN>;
   static std::atomic<bool> opted_in[64];
   if (!opted_in[g.device & 63].load(std::memory_order_relaxed)) {
     cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem);
     if (err != cudaSuccess) return -static_cast<int>(err);
     opted_in[g.device & 63].store(true, std::memory_order_relaxed);
   }
-  int const tiles_m = (g.M + kBlockM - 1) / kBlockM;
-  Schedule sched{(tiles_m + kCluster - 1) / kCluster, (g.N + BN - 1) / BN, g.swizzle > 1 ? g.swizzle : 8,
+  Schedule sched{(g.M + kBlockM - 1) / kBlockM, (g.N + BN - 1) / BN, g.swizzle > 1 ? g.swizzle : 8,
                  g.raster == 2 ? 1 : 0};
-  if constexpr (kCluster == 1) {
-    int const grid = sched.count() < g.sm_count ? sched.count() : g.sm_count;
-    kernel<<<grid, kThreads, L::kSmem, stream>>>(map_x, map_w, map_d, g.sx, g.sw, g.M, g.N, g.K, sched);
-  } else {
-    int const clusters = max_clusters<kernel>(g, L::kSmem);
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(2 * (sched.count() < clusters ? sched.count() : clusters));
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = L::kSmem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = 2;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    cudaError_t const err =
-        cudaLaunchKernelEx(&cfg, kernel, map_x, map_w, map_d, g.sx, g.sw, g.M, g.N, g.K, sched);
-    if (err != cudaSuccess) return -static_cast<int>(err);
-  }
+  int const grid = sched.count() < g.sm_count ? sched.count() : g.sm_count;
+  kernel<<<grid, kThreads, L::kSmem, stream>>>(map_x, map_w, map_d, g.sx, g.sw, g.M, g.N, g.K, sched);
   return -static_cast<int>(cudaGetLastError());
 }
 
 }  // namespace
 
 size_t workspace_cfg6(GemmArgs const &) { return 0; }
-int run_cfg6(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 1, kSerial>(g, ws, stream); }
+int run_cfg6(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128>(g, ws, stream); }
 char const *const kNameCfg6 = "wgmma_128x128_persistent";
 
 size_t workspace_cfg7(GemmArgs const &) { return 0; }
-int run_cfg7(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<192, 1, kSerial>(g, ws, stream); }
+int run_cfg7(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<192>(g, ws, stream); }
 char const *const kNameCfg7 = "wgmma_128x192_persistent";
-
-size_t workspace_cfg8(GemmArgs const &) { return 0; }
-int run_cfg8(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<192, 2, kSerial>(g, ws, stream); }
-char const *const kNameCfg8 = "wgmma_128x192_persistent_cluster2x1";
-
-size_t workspace_cfg9(GemmArgs const &) { return 0; }
-int run_cfg9(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 2, kSerial>(g, ws, stream); }
-char const *const kNameCfg9 = "wgmma_128x128_persistent_cluster2x1";
-
-size_t workspace_cfg10(GemmArgs const &) { return 0; }
-int run_cfg10(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 1, kTwoAcc>(g, ws, stream); }
-char const *const kNameCfg10 = "wgmma_128x128_persistent_2acc";
-
-size_t workspace_cfg11(GemmArgs const &) { return 0; }
-int run_cfg11(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 2, kTwoAcc>(g, ws, stream); }
-char const *const kNameCfg11 = "wgmma_128x128_persistent_cluster2x1_2acc";
-
-size_t workspace_cfg12(GemmArgs const &) { return 0; }
-int run_cfg12(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<192, 1, kStaggered>(g, ws, stream); }
-char const *const kNameCfg12 = "wgmma_128x192_persistent_staggered";
-
-size_t workspace_cfg13(GemmArgs const &) { return 0; }
-int run_cfg13(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 1, kStaggered>(g, ws, stream); }
-char const *const kNameCfg13 = "wgmma_128x128_persistent_staggered";
 
 }  // namespace gemm_cuda

@@ -56,8 +56,14 @@ def cutlass_include_dirs() -> list[str]:
 
 
 def load_jit(prebuilt: str | None = None, verbose: bool = False):
+    """The backend as a JIT extension (with the tuning binding). `prebuilt` (or $GEMM_CUDA_PREBUILT): a
+    directory of <stem>.o for every gemm_cuda_*.cu, so that only the torch-facing files compile here.
+    The two kinds build under different names: one name for both would make each call with the other
+    kind rebuild it, and a build killed by a timeout leaves torch's build lock behind, on which the next
+    call waits forever (run 24 lost two calls so)."""
     from torch.utils.cpp_extension import load
 
+    prebuilt = prebuilt or os.environ.get("GEMM_CUDA_PREBUILT") or None
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0a")
     cuda_dir = ROOT / "gemm" / "cuda"
     others = sorted(p for p in cuda_dir.glob("gemm_cuda_*.cu"))
@@ -82,7 +88,7 @@ def load_jit(prebuilt: str | None = None, verbose: bool = False):
         "-U__CUDA_NO_HALF2_OPERATORS__",
     ]
     return load(
-        name="gemm_cuda_jit",
+        name="gemm_cuda_jit_prebuilt" if prebuilt else "gemm_cuda_jit",
         sources=[str(s) for s in sources],
         extra_include_paths=cutlass_include_dirs() + [str(cuda_dir), str(ROOT / "torch-ext")],
         extra_cflags=["-O2", "-DCUDA_KERNEL"],

@@ -112,9 +112,6 @@ def test_compiles_for_sm90a(compiled, source):
     assert rc == 0, f"nvcc failed on {source}:\n{log[-4000:]}"
 
 
-# gemm_cuda_wgmma.cu's instantiations (tile width x cluster x promotion schedule; see its run_cfg*).
-WGMMA_KERNELS = 8
-
 _ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(sm_\w+)'")
 _USED = re.compile(r"Used (\d+) registers")
 _SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -153,16 +150,16 @@ def test_hand_written_wgmma_kernels_keep_their_registers(compiled):
     rc, log = compiled["gemm_cuda_wgmma.cu"]
     assert rc == 0, f"nvcc failed on gemm_cuda_wgmma.cu:\n{log[-4000:]}"
     ks = [k for k in _kernels(log) if "wgmma_gemm_kernel" in k["name"]]
-    assert len(ks) == WGMMA_KERNELS, ks
+    assert len(ks) == 2, ks  # 128 and 192 wide
     for k in ks:
         assert k["arch"] == "sm_90a" and k["regs"] == 168 and k["spill"] == 0, k
 
 
 def test_hand_written_wgmma_batches_stay_asynchronous(compiled):
     """ptxas makes every wgmma wait for the one before it (warning C7514) when it cannot prove that the
-    registers read while a batch is in flight belong to a retired batch. Run 22's first overlapped
-    128x192 kernel (two 96-column groups per K block) was serialized so and ran 1.5x slower than the
-    plain one."""
+    registers read while a batch is in flight belong to a retired batch. Run 22's overlapped 128x192
+    kernel (two 96-column groups per K block, commit 52a61f7) was serialized so and ran 1.5x slower than
+    the plain one."""
     rc, log = compiled["gemm_cuda_wgmma.cu"]
     assert rc == 0
     assert "C7514" not in log, [line for line in log.splitlines() if "C7514" in line]
