@@ -9,6 +9,7 @@
 #   bash scripts/device_run.sh check   # test + sanitizers + Nsight Compute counters (PROFILE_SHAPE)
 #   bash scripts/device_run.sh sweep   # JIT build once, then tests/cuda/config_sweep.py (SWEEP_VARIANTS,
 #                                      # SWEEP_SHAPES, SWEEP_ROUNDS); .cache/cuda_prebuilt/*.o if carried
+#                                      # (linked as they are: carry them only if built from these sources)
 # Logs and results go to $OUT. See gemm/cuda/NOTES.md.
 set -u -o pipefail
 mode=${1:-jit}
