@@ -32,26 +32,27 @@ sanitize() {
     echo "sanitizer $tool exit=$?"; tail -n 3 "$OUT/sanitizer_$tool.log"
   done
 }
+# Every JIT load (tests/cuda/device_check.load_jit) links .cache/cuda_prebuilt/*.o when carried, so all
+# tools of one call share one build: a tool that built its own under a timeout could leave torch's build
+# lock behind, and every later load waits on it.
+[ -d .cache/cuda_prebuilt ] && export GEMM_CUDA_PREBUILT=.cache/cuda_prebuilt
 if [ "$mode" = jit ]; then
-  prebuilt=()
-  [ -d .cache/cuda_prebuilt ] && prebuilt=(--prebuilt .cache/cuda_prebuilt)
-  python3 tests/cuda/device_check.py --out "$OUT" "${prebuilt[@]}" --build-only 2>&1 | tail -n 30 || exit 1
+  python3 tests/cuda/device_check.py --out "$OUT" --build-only 2>&1 | tail -n 30 || exit 1
   timeout 120 python3 tests/cuda/probe.py crash 2>&1 | tee -a "$OUT/probes.log" | tail -n 12
   if grep -q "^1x1x128 natural: rc=-11\|^1x1x128 natural: rc=139" "$OUT/probes.log"; then
     timeout 120 cuda-gdb -batch -ex run -ex bt --args python3 tests/cuda/probe.py one 1 1 128 natural \
       > /tmp/gdb.log 2>&1; grep -E "^#[0-9]+" /tmp/gdb.log | head -n 25 | tee -a "$OUT/probes.log"
   fi
   timeout 120 python3 tests/cuda/probe.py precision 2>&1 | tee -a "$OUT/probes.log" | tail -n 20
-  python3 tests/cuda/device_check.py --out "$OUT" "${prebuilt[@]}" --no-extra 2>&1 | grep -v "^FAIL" | tail -n 60 || rc=1
+  python3 tests/cuda/device_check.py --out "$OUT" --no-extra 2>&1 | grep -v "^FAIL" | tail -n 60 || rc=1
   for tool in memcheck racecheck; do
     n=4; [ $tool = racecheck ] && n=2
-    timeout 150 compute-sanitizer --tool $tool --print-limit 20 python3 tests/cuda/sanitize_calls.py "${prebuilt[@]}" \
+    timeout 150 compute-sanitizer --tool $tool --print-limit 20 python3 tests/cuda/sanitize_calls.py \
       --shapes $n > "$OUT/sanitizer_$tool.log" 2>&1
     echo "sanitizer $tool exit=$?"; tail -n 4 "$OUT/sanitizer_$tool.log"
   done
 elif [ "$mode" = sweep ]; then
-  # Build first with no timeout: a build killed by one leaves torch's lock, and every later load waits on it.
-  [ -d .cache/cuda_prebuilt ] && export GEMM_CUDA_PREBUILT=.cache/cuda_prebuilt
+  # Build first, with no timeout (see GEMM_CUDA_PREBUILT above).
   python3 -c "from tests.cuda.device_check import load_jit; load_jit()" 2>&1 | tail -n 5 || exit 1
   timeout 420 python3 tests/cuda/config_sweep.py --out "$OUT/sweep" --rounds "${SWEEP_ROUNDS:-3}" \
     --variants "${SWEEP_VARIANTS:-pick,c6,c7,torch}" --shapes "${SWEEP_SHAPES:-challenge,8192x8192x8192}" \
