@@ -4,6 +4,15 @@
 // cutlass_library/source/tools/util/include).
 #pragma once
 
+// CUTLASS's sm90 kernels call griddepcontrol.wait (before their first global read) and
+// launch_dependents only with this defined; both are no-ops unless the launch is a programmatic
+// dependent one (GemmArgs::pdl). A configuration that defines GEMM_CUDA_NO_GDC first goes without, and
+// run() below never launches it so: CUTLASS 4.2's stream-K scheduler does not compile with it
+// (sm90_tile_scheduler_stream_k.hpp, is_last_tile: "qualifiers dropped in binding reference").
+#ifndef GEMM_CUDA_NO_GDC
+#define CUTLASS_ENABLE_GDC_FOR_SM90 1
+#endif
+
 #include <cuda_runtime.h>
 
 #include <type_traits>
@@ -24,6 +33,12 @@
 #include "gemm_cuda_kernels.h"
 
 namespace gemm_cuda {
+
+#ifdef CUTLASS_ENABLE_GDC_FOR_SM90
+constexpr bool kWaitsForPreviousGrid = true;
+#else
+constexpr bool kWaitsForPreviousGrid = false;
+#endif
 
 enum class Sched { Cooperative, Pingpong };
 enum class Tiles { Persistent, StreamK };
@@ -150,7 +165,7 @@ int run(GemmArgs const &g, void *workspace, cudaStream_t stream) {
   if (st != cutlass::Status::kSuccess) return static_cast<int>(st);
   st = gemm.initialize(args, workspace, stream);
   if (st != cutlass::Status::kSuccess) return static_cast<int>(st);
-  st = gemm.run(stream);
+  st = gemm.run(stream, nullptr, g.pdl && kWaitsForPreviousGrid);
   if (st != cutlass::Status::kSuccess) return static_cast<int>(st);
   cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? 0 : -static_cast<int>(err);

@@ -30,6 +30,10 @@ struct GemmArgs {
   // K cut into this many slices, run as one batched GEMM writing fp32 partials (K/128 divisible by it;
   // only the fp32-output configuration, kKSliceConfig): more CTAs for shapes with few output tiles.
   int kslices = 1;
+  // Launch as a programmatic dependent of the stream's previous kernel (the seed preparation): the GEMM's
+  // launch and prologue overlap that kernel's tail, and the GEMM waits for its results
+  // (griddepcontrol.wait) before reading any input. Only where nothing else is queued in between.
+  bool pdl = false;
 };
 
 // Every configuration provides these two functions. run returns 0 on success, otherwise a CUTLASS

@@ -219,6 +219,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
+  // Launched as a programmatic dependent (GemmArgs::pdl): the set-up above overlapped the previous
+  // kernel; nothing reads x, w or the scales before that kernel has finished. A no-op otherwise.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
 
   int const wg = threadIdx.x / 128;
   if (wg == 0) {  // producer
@@ -366,8 +369,18 @@ int run_wgmma(GemmArgs const &g, void *, cudaStream_t stream) {
   Schedule sched{(g.M + kBlockM - 1) / kBlockM, (g.N + BN - 1) / BN, g.swizzle > 1 ? g.swizzle : 8,
                  g.raster == 2 ? 1 : 0};
   int const grid = sched.count() < g.sm_count ? sched.count() : g.sm_count;
-  kernel<<<grid, kThreads, L::kSmem, stream>>>(map_x, map_w, map_d, g.sx, g.sw, g.M, g.N, g.K, sched);
-  return -static_cast<int>(cudaGetLastError());
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = L::kSmem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = g.pdl ? 1 : 0;
+  cudaError_t const err = cudaLaunchKernelEx(&cfg, kernel, map_x, map_w, map_d, g.sx, g.sw, g.M, g.N, g.K, sched);
+  return -static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
 
 }  // namespace

@@ -85,13 +85,25 @@ def compiled(tmp_path_factory) -> dict[str, tuple[int, str]]:
     incs = [f"-I{d}" for d in [*cutlass, *torch_inc, CUDA_DIR, ROOT / "torch-ext"]]
 
     def build(src: Path) -> tuple[int, str]:
-        cmd = [nvcc, "-c", str(src), "-o", str(tmp / f"{src.stem}.o"), *flags, *incs]
+        keep = tmp / src.stem  # nvcc's intermediate files, the PTX among them (test_seed_gemm_...)
+        keep.mkdir()
+        cmd = [nvcc, "-c", str(src), "-o", str(tmp / f"{src.stem}.o"), "--keep", f"--keep-dir={keep}", *flags, *incs]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1500)
         return proc.returncode, proc.stdout + proc.stderr
 
     workers = max(1, min(len(SOURCES), os.cpu_count() or 1))
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
         return dict(zip((s.name for s in SOURCES), pool.map(build, SOURCES), strict=True))
+
+
+@pytest.fixture(scope="module")
+def ptx(compiled, tmp_path_factory) -> dict[str, str]:
+    """The PTX nvcc kept for each source (after `compiled` built them all)."""
+    found = {}
+    for src in SOURCES:
+        files = sorted(tmp_path_factory.getbasetemp().glob(f"cuda_compile*/{src.stem}/*.ptx"))
+        found[src.name] = "\n".join(f.read_text() for f in files)
+    return found
 
 
 def test_sources_exist():
@@ -173,3 +185,19 @@ def test_seed_transpose_kernels_do_not_spill(compiled):
         name for k in ks for name in ("seed_prep_kernel", "transpose_bytes_kernel") if name in k["name"]
     }
     assert all(k["spill"] == 0 for k in ks), ks
+
+
+def test_seed_gemm_launches_early_but_reads_after_the_preparation(ptx):
+    """The seed layout's GEMM is launched as a programmatic dependent of the preparation (GemmArgs::pdl):
+    the preparation lets it launch (griddepcontrol.launch_dependents) and every GEMM kernel waits for the
+    preparation's results (griddepcontrol.wait) before reading them; without the wait it would read
+    unwritten scratch. CUTLASS's kernels have the wait only when CUTLASS_ENABLE_GDC_FOR_SM90 is defined
+    before its headers (gemm_cuda_gemm.cuh); a configuration that opts out (GEMM_CUDA_NO_GDC: the
+    stream-K one) must have no wait, since run() then never launches it as a dependent."""
+    assert "griddepcontrol.launch_dependents" in ptx["gemm_cuda_prep.cu"]
+    gemm_sources = [s for s in SOURCES if s.name.startswith("gemm_cuda_cfg")] + [CUDA_DIR / "gemm_cuda_wgmma.cu"]
+    for src in gemm_sources:
+        code = ptx[src.name]
+        assert code, f"no PTX kept for {src.name}"
+        opted_out = "#define GEMM_CUDA_NO_GDC" in src.read_text()
+        assert ("griddepcontrol.wait" in code) != opted_out, f"{src.name}: opted out {opted_out}"
