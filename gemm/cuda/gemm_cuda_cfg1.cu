@@ -1,7 +1,4 @@
 // One CUTLASS GEMM configuration (see gemm_cuda_gemm.cuh): coop_128x128_c1x1_streamk.
-// Without CUTLASS's grid-dependency hooks (they do not compile with its stream-K scheduler), so never
-// launched as a programmatic dependent.
-#define GEMM_CUDA_NO_GDC 1
 #include "gemm_cuda_gemm.cuh"
 
 namespace gemm_cuda {

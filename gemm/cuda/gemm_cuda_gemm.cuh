@@ -4,15 +4,6 @@
 // cutlass_library/source/tools/util/include).
 #pragma once
 
-// CUTLASS's sm90 kernels call griddepcontrol.wait (before their first global read) and
-// launch_dependents only with this defined; both are no-ops unless the launch is a programmatic
-// dependent one (GemmArgs::pdl). A configuration that defines GEMM_CUDA_NO_GDC first goes without, and
-// run() below never launches it so: CUTLASS 4.2's stream-K scheduler does not compile with it
-// (sm90_tile_scheduler_stream_k.hpp, is_last_tile: "qualifiers dropped in binding reference").
-#ifndef GEMM_CUDA_NO_GDC
-#define CUTLASS_ENABLE_GDC_FOR_SM90 1
-#endif
-
 #include <cuda_runtime.h>
 
 #include <type_traits>
@@ -33,12 +24,6 @@
 #include "gemm_cuda_kernels.h"
 
 namespace gemm_cuda {
-
-#ifdef CUTLASS_ENABLE_GDC_FOR_SM90
-constexpr bool kWaitsForPreviousGrid = true;
-#else
-constexpr bool kWaitsForPreviousGrid = false;
-#endif
 
 enum class Sched { Cooperative, Pingpong };
 enum class Tiles { Persistent, StreamK };
@@ -157,6 +142,54 @@ size_t workspace_size(GemmArgs const &g) {
   return Cfg::Gemm::get_workspace_size(make_arguments<Cfg>(g));
 }
 
+// CUTLASS's kernel (what cutlass::device_kernel runs) behind griddepcontrol.wait in every thread: when
+// launched as a programmatic dependent (GemmArgs::pdl) nothing reads an input before the previous grid
+// has finished; otherwise the wait returns at once. Not CUTLASS's own hooks (CUTLASS_ENABLE_GDC_FOR_SM90):
+// in 4.2 the warp that loads the blockwise scales (MainloopAux in
+// sm90_gemm_tma_warpspecialized_cooperative.hpp) reads them without waiting, so run 27 read unwritten
+// scales on 3 of the 19 seed-layout shapes (and its stream-K scheduler does not compile with them).
+template <class Kernel>
+__global__ void __launch_bounds__(Kernel::MaxThreadsPerBlock, Kernel::MinBlocksPerMultiprocessor)
+    kernel_after_previous_grid(CUTLASS_GRID_CONSTANT typename Kernel::Params const params) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  extern __shared__ char smem[];
+  Kernel op;
+  op(params, smem);
+}
+
+// The launch that GemmUniversalAdapter::run makes (grid, block, shared memory, cluster), of
+// kernel_after_previous_grid, optionally as a programmatic dependent of the stream's previous kernel.
+template <class Cfg>
+cudaError_t launch(typename Cfg::Gemm const &gemm, cudaStream_t stream, bool pdl) {
+  using Kernel = typename Cfg::GemmKernel;
+  auto kernel = kernel_after_previous_grid<Kernel>;
+  int const smem = Kernel::SharedStorageSize;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (err != cudaSuccess) return err;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = Cfg::Gemm::get_grid_shape(gemm.params());
+  cfg.blockDim = Kernel::get_block_shape();
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  constexpr unsigned kClusterM = cute::size<0>(typename Cfg::ClusterShape{});
+  constexpr unsigned kClusterN = cute::size<1>(typename Cfg::ClusterShape{});
+  cudaLaunchAttribute attrs[2] = {};
+  cfg.attrs = attrs;
+  if (kClusterM * kClusterN > 1) {  // as CUTLASS: 1x1 clusters launch without the attribute
+    attrs[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
+    attrs[cfg.numAttrs].val.clusterDim = {kClusterM, kClusterN, 1};
+    ++cfg.numAttrs;
+  }
+  if (pdl) {
+    attrs[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
+    ++cfg.numAttrs;
+  }
+  return cudaLaunchKernelEx(&cfg, kernel, gemm.params());
+}
+
 template <class Cfg>
 int run(GemmArgs const &g, void *workspace, cudaStream_t stream) {
   auto args = make_arguments<Cfg>(g);
@@ -165,9 +198,9 @@ int run(GemmArgs const &g, void *workspace, cudaStream_t stream) {
   if (st != cutlass::Status::kSuccess) return static_cast<int>(st);
   st = gemm.initialize(args, workspace, stream);
   if (st != cutlass::Status::kSuccess) return static_cast<int>(st);
-  st = gemm.run(stream, nullptr, g.pdl && kWaitsForPreviousGrid);
-  if (st != cutlass::Status::kSuccess) return static_cast<int>(st);
-  cudaError_t err = cudaGetLastError();
+  cudaError_t err = launch<Cfg>(gemm, stream, g.pdl);
+  if (err != cudaSuccess) return -static_cast<int>(err);
+  err = cudaGetLastError();
   return err == cudaSuccess ? 0 : -static_cast<int>(err);
 }
 
