@@ -69,8 +69,8 @@ void check_cutlass(int rc, int cfg, int64_t M, int64_t N, int64_t K) {
 // The GEMM on K-major operands. CUTLASS's TMA epilogue needs N % 8 == 0 and 16-byte aligned output
 // rows: otherwise the problem runs with N rounded up to a multiple of 8 (w padded with zero rows in a
 // scratch copy, so no load reads past w) into a padded bf16 scratch, which is then copied to out.
-// after_prep: the seed preparation is the stream's last kernel (the GEMM may launch as its programmatic
-// dependent when nothing else is queued in between).
+// after_prep: the seed preparation is the stream's last kernel, and the GEMM may launch as its
+// programmatic dependent when nothing else is queued in between.
 void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at::Tensor const &x_scale,
                   at::Tensor const &w_scale, Tuning tuning, bool after_prep = false) {
   int64_t const M = x.size(0), K = x.size(1), N = w.size(0);
@@ -232,7 +232,7 @@ void seed_with_config(at::Tensor &c, at::Tensor const &a, at::Tensor const &b, a
   at::Tensor sx = at::empty({M, KB}, a_scale.options());
   at::Tensor sw = at::empty({NB, KB}, b_scale.options());
   seed_prepare(x, w, sx, sw, a, b, a_scale, b_scale);
-  natural_impl(c, x, w, sx, sw, tuning, /*after_prep=*/true);
+  natural_impl(c, x, w, sx, sw, tuning, /*after_prep=*/tuning.pdl);
 }
 
 }  // namespace gemm_cuda

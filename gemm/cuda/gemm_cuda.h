@@ -16,6 +16,9 @@ struct Tuning {
   int swizzle = 1;
   int splits = 1;
   int kslices = 1;  // K slices of the fp32-partials configuration (used only with that configuration)
+  // Seed layout: the GEMM launches as a programmatic dependent of the preparation (GemmArgs::pdl);
+  // false only to measure what that saves (tests/cuda/config_sweep.py `spicknopdl`).
+  bool pdl = true;
 };
 
 // Number of compiled GEMM configurations (see kNameCfg* in gemm_cuda_cfg*.cu).
