@@ -187,14 +187,29 @@ def test_seed_transpose_kernels_do_not_spill(compiled):
     assert all(k["spill"] == 0 for k in ks), ks
 
 
+_GLOBAL_ACCESS = ("ld.global", "cp.async", "prefetch.tensormap")
+
+
+def _entries(ptx_text: str) -> dict[str, str]:
+    """PTX kernel name -> its body (up to the next .entry)."""
+    starts = [(m.group(1), m.end()) for m in re.finditer(r"\.entry\s+(\S+)\(", ptx_text)]
+    ends = [pos for _, pos in starts[1:]] + [len(ptx_text)]
+    return {name: ptx_text[pos:end] for (name, pos), end in zip(starts, ends, strict=True)}
+
+
 def test_seed_gemm_launches_early_but_reads_after_the_preparation(ptx):
     """The seed layout's GEMM is launched as a programmatic dependent of the preparation (GemmArgs::pdl):
-    the preparation lets it launch (griddepcontrol.launch_dependents) and every GEMM kernel waits for the
-    preparation's results (griddepcontrol.wait) before reading them; without the wait it would read
-    unwritten scratch (run 27 did, through CUTLASS 4.2's own hooks, whose scale-loading warp does not
-    wait: hence gemm_cuda_gemm.cuh's kernel_after_previous_grid)."""
+    the preparation lets it launch (griddepcontrol.launch_dependents) and every kernel the GEMM launches
+    waits (griddepcontrol.wait) before its first global-memory access, in the entry block, so in every
+    thread; otherwise it reads unwritten scratch. Run 27 did, through CUTLASS 4.2's own hooks: its
+    scale-loading warp does not wait (hence gemm_cuda_gemm.cuh's kernel_after_previous_grid)."""
     assert "griddepcontrol.launch_dependents" in ptx["gemm_cuda_prep.cu"]
-    gemm_sources = [s.name for s in SOURCES if s.name.startswith("gemm_cuda_cfg")] + ["gemm_cuda_wgmma.cu"]
-    for name in gemm_sources:
-        assert ptx[name], f"no PTX kept for {name}"
-        assert "griddepcontrol.wait" in ptx[name], f"{name}: a GEMM kernel without griddepcontrol.wait"
+    launched = {s.name: "kernel_after_previous_grid" for s in SOURCES if s.name.startswith("gemm_cuda_cfg")}
+    launched["gemm_cuda_wgmma.cu"] = "wgmma_gemm_kernel"
+    for source, marker in launched.items():
+        kernels = {n: b for n, b in _entries(ptx[source]).items() if marker in n}
+        assert kernels, f"{source}: no {marker} kernel in the kept PTX"
+        for name, body in kernels.items():
+            wait = body.find("griddepcontrol.wait")
+            first = min((i for i in (body.find(op) for op in _GLOBAL_ACCESS) if i >= 0), default=len(body))
+            assert 0 <= wait < first, f"{source}: {name[:80]} reads global memory before griddepcontrol.wait"
