@@ -76,6 +76,7 @@ struct PrepArgs {
   float *sx;
   float *sw;
   int64_t M, N, K;
+  bool early_trigger;  // griddepcontrol.launch_dependents as each block starts (see GemmArgs::pdl)
 };
 cudaError_t launch_seed_prep(PrepArgs const &p, cudaStream_t stream);
 
