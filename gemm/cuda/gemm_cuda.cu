@@ -203,10 +203,9 @@ void natural_with_config(at::Tensor &out, at::Tensor const &x, at::Tensor const 
 
 void seed_prepare(at::Tensor &x, at::Tensor &w, at::Tensor &x_scale, at::Tensor &w_scale,
                   at::Tensor const &a, at::Tensor const &b, at::Tensor const &a_scale,
-                  at::Tensor const &b_scale, bool early_trigger) {
+                  at::Tensor const &b_scale) {
   c10::cuda::CUDAGuard guard(a.device());
   PrepArgs p{};
-  p.early_trigger = early_trigger;
   p.a = static_cast<uint8_t const *>(a.data_ptr());
   p.b = static_cast<uint8_t const *>(b.data_ptr());
   p.sa = a_scale.data_ptr<float>();
@@ -232,8 +231,8 @@ void seed_with_config(at::Tensor &c, at::Tensor const &a, at::Tensor const &b, a
   at::Tensor w = at::empty({N, K}, b.options());
   at::Tensor sx = at::empty({M, KB}, a_scale.options());
   at::Tensor sw = at::empty({NB, KB}, b_scale.options());
-  seed_prepare(x, w, sx, sw, a, b, a_scale, b_scale, /*early_trigger=*/tuning.pdl == 1);
-  natural_impl(c, x, w, sx, sw, tuning, /*after_prep=*/tuning.pdl != 0);
+  seed_prepare(x, w, sx, sw, a, b, a_scale, b_scale);
+  natural_impl(c, x, w, sx, sw, tuning, /*after_prep=*/tuning.pdl);
 }
 
 }  // namespace gemm_cuda

@@ -16,11 +16,9 @@ struct Tuning {
   int swizzle = 1;
   int splits = 1;
   int kslices = 1;  // K slices of the fp32-partials configuration (used only with that configuration)
-  // Seed layout, how the GEMM follows the preparation: 0 launched once it has finished; 1 as its
-  // programmatic dependent (GemmArgs::pdl), which the preparation lets launch once all its blocks have
-  // started; 2 as its programmatic dependent, launched as its blocks exit (tests/cuda/config_sweep.py
-  // variants `spickd0`, `spickd1`, `spickd2`).
-  int pdl = 1;
+  // Seed layout: the GEMM launches as a programmatic dependent of the preparation (GemmArgs::pdl); false
+  // only to measure what that saves (tests/cuda/config_sweep.py variant `spicknopdl`).
+  bool pdl = true;
 };
 
 // Number of compiled GEMM configurations (see kNameCfg* in gemm_cuda_cfg*.cu).
@@ -37,9 +35,8 @@ void natural_with_config(at::Tensor &out, at::Tensor const &x, at::Tensor const 
 void seed_with_config(at::Tensor &c, at::Tensor const &a, at::Tensor const &b,
                       at::Tensor const &a_scale, at::Tensor const &b_scale, Tuning tuning);
 // The seed layout's preparation step alone (transposes into K-major scratch), for timing it.
-// early_trigger: let a programmatically dependent launch start once all its blocks have started.
 void seed_prepare(at::Tensor &x, at::Tensor &w, at::Tensor &x_scale, at::Tensor &w_scale,
                   at::Tensor const &a, at::Tensor const &b, at::Tensor const &a_scale,
-                  at::Tensor const &b_scale, bool early_trigger = false);
+                  at::Tensor const &b_scale);
 
 }  // namespace gemm_cuda

@@ -78,12 +78,6 @@ struct PrepParams {
 
 __global__ void __launch_bounds__(kThreads) seed_prep_kernel(PrepParams const q) {
   __shared__ __align__(16) uint32_t smem[kTT * kTT / 4];
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // The GEMM after this kernel may be launched as a programmatic dependent (GemmArgs::pdl): once every
-  // block has triggered (here) or exited, it may be scheduled and run its prologue; it still waits for
-  // this grid to complete before reading x, w or the scales (griddepcontrol.wait).
-  if (q.p.early_trigger) asm volatile("griddepcontrol.launch_dependents;");
-#endif
   PrepArgs const &p = q.p;
   int64_t bid = blockIdx.x;
   if (bid < q.tiles_a) {

@@ -12,9 +12,9 @@ A variant is `pick` (pick_tuning's choice), `torch` (F.scaled_mm blockwise), or 
 optional knobs `r<raster>` `s<swizzle>` `p<splits>` `k<kslices>` (see Tuning in gemm/cuda/gemm_cuda.h).
 Run 8 swept the K-sliced configuration with `c5k1,c5k2,c5k4,...`. Seed-layout variants (the same
 problems passed as a, b, a_scale, b_scale): `spick` (the op's own choice) and `seed<cfg>` (seed_with_config
-with that cfg), each optionally followed by `d<n>`: how the GEMM follows the preparation (Tuning.pdl in
-gemm/cuda/gemm_cuda.h: 0 plain, 1 programmatic dependent launched early, 2 launched as the preparation's
-blocks exit); runs 18-19 swept the fused seed kernels of commit e32161e this way.
+with that cfg), each optionally followed by `nopdl` (the GEMM launched after the preparation has
+finished, not as its programmatic dependent: Tuning.pdl in gemm/cuda/gemm_cuda.h); runs 18-19 swept the
+fused seed kernels of commit e32161e this way, runs 29-30 the dependent launch.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ def parse_variant(spec: str) -> dict | None:
         return None
     if spec == "pick":
         return {"cfg": -1}
-    if m := re.fullmatch(r"(?:spick|seed(\d+))(?:d(\d))?", spec):  # d<n>: Tuning.pdl = n
-        return {"cfg": int(m.group(1) or -1), "layout": "seed", "pdl": int(m.group(2) or 1)}
+    if m := re.fullmatch(r"(?:spick|seed(\d+))(nopdl)?", spec):  # nopdl: Tuning.pdl off
+        return {"cfg": int(m.group(1) or -1), "layout": "seed", "pdl": not m.group(2)}
     m = re.fullmatch(r"c(\d+)((?:[rspk]\d+)*)", spec)
     if not m:
         raise SystemExit(f"bad variant {spec!r}: want pick, torch or c<cfg>[r<n>][s<n>][p<n>][k<n>]")
