@@ -7,7 +7,8 @@
 // (gemm_cuda_cfg*.cu) or the hand-written 128x192-tile kernel (gemm_cuda_wgmma.cu). The seed layout
 // (a (K,M), b (K,N): M/N-contiguous) cannot feed FP8 wgmma directly (FP8 wgmma reads only K-major
 // shared-memory operands), so one fused launch (gemm_cuda_prep.cu) transposes a, b and both scale
-// tensors into K-major scratch, then the natural path runs. See NOTES.md.
+// tensors into K-major scratch, then the natural path runs, its GEMM launched as the preparation's
+// programmatic dependent (GemmArgs::pdl). See NOTES.md.
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
