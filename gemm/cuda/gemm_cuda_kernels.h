@@ -33,8 +33,8 @@ struct GemmArgs {
   // Launch as a programmatic dependent of the stream's previous kernel (the seed preparation): the GEMM is
   // launched as that kernel's blocks exit, without waiting for the whole grid's completion and memory
   // flush first, and waits for them itself (griddepcontrol.wait) before it reads any input. Only where
-  // nothing else is queued in between. (The preparation does not trigger its dependents early: runs 29-30
-  // measured that 1-17 us slower than this.)
+  // nothing else is queued in between; configurations 3 and 4 (2-CTA clusters) ignore it. (The
+  // preparation does not trigger its dependents early: runs 29-30 measured that 1-17 us slower.)
   bool pdl = false;
 };
 
