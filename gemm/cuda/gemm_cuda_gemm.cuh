@@ -159,29 +159,6 @@ __global__ void __launch_bounds__(Kernel::MaxThreadsPerBlock, Kernel::MinBlocksP
   op(params, smem);
 }
 
-// The launch that GemmUniversalAdapter::run makes for 1x1 clusters (grid, block, shared memory), of
-// kernel_after_previous_grid, optionally as a programmatic dependent of the stream's previous kernel.
-template <class Cfg>
-cudaError_t launch(typename Cfg::Gemm const &gemm, cudaStream_t stream, bool pdl) {
-  static_assert(cute::size(typename Cfg::ClusterShape{}) == 1, "2-CTA clusters go through gemm.run");
-  using Kernel = typename Cfg::GemmKernel;
-  auto kernel = kernel_after_previous_grid<Kernel>;
-  int const smem = Kernel::SharedStorageSize;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (err != cudaSuccess) return err;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = Cfg::Gemm::get_grid_shape(gemm.params());
-  cfg.blockDim = Kernel::get_block_shape();
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, gemm.params());
-}
-
 template <class Cfg>
 int run(GemmArgs const &g, void *workspace, cudaStream_t stream) {
   auto args = make_arguments<Cfg>(g);
@@ -191,7 +168,11 @@ int run(GemmArgs const &g, void *workspace, cudaStream_t stream) {
   st = gemm.initialize(args, workspace, stream);
   if (st != cutlass::Status::kSuccess) return static_cast<int>(st);
   if constexpr (cute::size(typename Cfg::ClusterShape{}) == 1) {
-    cudaError_t const err = launch<Cfg>(gemm, stream, g.pdl);
+    // The launch GemmUniversalAdapter::run makes for 1x1 clusters (grid, block, shared memory).
+    using Kernel = typename Cfg::GemmKernel;
+    cudaError_t const err = launch_kernel<kernel_after_previous_grid<Kernel>>(
+        Cfg::Gemm::get_grid_shape(gemm.params()), Kernel::get_block_shape(), Kernel::SharedStorageSize, g.device,
+        stream, g.pdl, gemm.params());
     if (err != cudaSuccess) return -static_cast<int>(err);
   } else {
     // Configurations 3 and 4 (2-CTA clusters; pick_tuning never takes them): CUTLASS's own launch, never

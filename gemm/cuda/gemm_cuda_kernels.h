@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -37,6 +38,32 @@ struct GemmArgs {
   // preparation does not trigger its dependents early: runs 29-30 measured that 1-17 us slower.)
   bool pdl = false;
 };
+
+// Launches kKernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent of the stream's
+// previous kernel when pdl (GemmArgs::pdl; the kernel must begin with griddepcontrol.wait). Opts in to
+// more than 48 KiB of shared memory once per device (a race only sets it twice; no std::call_once: it
+// needs glibc 2.34's pthread_once, outside the manylinux_2_28 ABI the Hub accepts).
+template <auto kKernel, class... Args>
+cudaError_t launch_kernel(dim3 grid, dim3 block, int smem, int device, cudaStream_t stream, bool pdl,
+                          Args const &...args) {
+  static std::atomic<bool> opted_in[64];
+  if (!opted_in[device & 63].load(std::memory_order_relaxed)) {
+    cudaError_t const err = cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err != cudaSuccess) return err;
+    opted_in[device & 63].store(true, std::memory_order_relaxed);
+  }
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kKernel, args...);
+}
 
 // Every configuration provides these two functions. run returns 0 on success, otherwise a CUTLASS
 // status code (>0) or -cudaError_t.

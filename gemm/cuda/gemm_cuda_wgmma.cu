@@ -24,7 +24,6 @@
 #include <cute/arch/mma_sm90_gmma.hpp>
 
 #include <cstdint>
-#include <atomic>
 #include <utility>
 
 #include "gemm_cuda_kernels.h"
@@ -357,29 +356,11 @@ int run_wgmma(GemmArgs const &g, void *, cudaStream_t stream) {
       !encode(&map_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, g.d, g.M, g.N, g.ldd, 64, 64)) {
     return -static_cast<int>(cudaErrorInvalidValue);
   }
-  // Opt in to more than 48 KiB of shared memory, once per device (a race only sets it twice). No
-  // std::call_once: it needs glibc 2.34's pthread_once, outside the manylinux_2_28 ABI the Hub accepts.
-  auto kernel = wgmma_gemm_kernel<BN>;
-  static std::atomic<bool> opted_in[64];
-  if (!opted_in[g.device & 63].load(std::memory_order_relaxed)) {
-    cudaError_t const err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem);
-    if (err != cudaSuccess) return -static_cast<int>(err);
-    opted_in[g.device & 63].store(true, std::memory_order_relaxed);
-  }
   Schedule sched{(g.M + kBlockM - 1) / kBlockM, (g.N + BN - 1) / BN, g.swizzle > 1 ? g.swizzle : 8,
                  g.raster == 2 ? 1 : 0};
   int const grid = sched.count() < g.sm_count ? sched.count() : g.sm_count;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = L::kSmem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = g.pdl ? 1 : 0;
-  cudaError_t const err = cudaLaunchKernelEx(&cfg, kernel, map_x, map_w, map_d, g.sx, g.sw, g.M, g.N, g.K, sched);
+  cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN>>(grid, kThreads, L::kSmem, g.device, stream, g.pdl, map_x,
+                                                               map_w, map_d, g.sx, g.sw, g.M, g.N, g.K, sched);
   return -static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
 

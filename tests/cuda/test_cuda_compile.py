@@ -54,7 +54,12 @@ def cutlass_include_dirs() -> list[Path] | None:
 
 
 @pytest.fixture(scope="module")
-def compiled(tmp_path_factory) -> dict[str, tuple[int, str]]:
+def build_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("cuda_compile")
+
+
+@pytest.fixture(scope="module")
+def compiled(build_dir) -> dict[str, tuple[int, str]]:
     nvcc = _nvcc()
     if nvcc is None:
         _missing("nvcc is not installed")
@@ -63,13 +68,12 @@ def compiled(tmp_path_factory) -> dict[str, tuple[int, str]]:
         _missing("the nvidia-cutlass package (cutlass_library/source/include) is not installed")
     from torch.utils.cpp_extension import include_paths
 
-    tmp = tmp_path_factory.mktemp("cuda_compile")
     torch_inc = [Path(p) for p in include_paths()]
     if not any((p / "c10/cuda/impl/cuda_cmake_macros.h").exists() for p in torch_inc):
-        stub = tmp / "stub" / "c10" / "cuda" / "impl"
+        stub = build_dir / "stub" / "c10" / "cuda" / "impl"
         stub.mkdir(parents=True)
         (stub / "cuda_cmake_macros.h").write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
-        torch_inc.append(tmp / "stub")
+        torch_inc.append(build_dir / "stub")
     flags = [
         "-std=c++20",
         "-O3",
@@ -85,9 +89,10 @@ def compiled(tmp_path_factory) -> dict[str, tuple[int, str]]:
     incs = [f"-I{d}" for d in [*cutlass, *torch_inc, CUDA_DIR, ROOT / "torch-ext"]]
 
     def build(src: Path) -> tuple[int, str]:
-        keep = tmp / src.stem  # nvcc's intermediate files, the PTX among them (test_seed_gemm_...)
+        keep = build_dir / src.stem  # nvcc's intermediate files, the PTX among them (test_seed_gemm_...)
         keep.mkdir()
-        cmd = [nvcc, "-c", str(src), "-o", str(tmp / f"{src.stem}.o"), "--keep", f"--keep-dir={keep}", *flags, *incs]
+        out = build_dir / f"{src.stem}.o"
+        cmd = [nvcc, "-c", str(src), "-o", str(out), "--keep", f"--keep-dir={keep}", *flags, *incs]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1500)
         return proc.returncode, proc.stdout + proc.stderr
 
@@ -97,13 +102,9 @@ def compiled(tmp_path_factory) -> dict[str, tuple[int, str]]:
 
 
 @pytest.fixture(scope="module")
-def ptx(compiled, tmp_path_factory) -> dict[str, str]:
+def ptx(compiled, build_dir) -> dict[str, str]:
     """The PTX nvcc kept for each source (after `compiled` built them all)."""
-    found = {}
-    for src in SOURCES:
-        files = sorted(tmp_path_factory.getbasetemp().glob(f"cuda_compile*/{src.stem}/*.ptx"))
-        found[src.name] = "\n".join(f.read_text() for f in files)
-    return found
+    return {s.name: "\n".join(f.read_text() for f in sorted((build_dir / s.stem).glob("*.ptx"))) for s in SOURCES}
 
 
 def test_sources_exist():
