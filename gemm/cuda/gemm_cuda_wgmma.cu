@@ -1,11 +1,12 @@
-// A hand-written sm_90a FP8 block-scaled GEMM (configurations 6 and 7, see gemm_cuda_kernels.h), for the
-// tile shapes CUTLASS 4.2's blockwise collective cannot build: 128 x 192 output tiles (its builder wants
-// the N tile to equal the 128-wide B-scale block) beside a plain 128 x 128 one to compare against.
+// A hand-written sm_90a FP8 block-scaled GEMM (configurations 6, 7 and 8, see gemm_cuda_kernels.h), for
+// the tile shapes CUTLASS 4.2's blockwise collective cannot build: 128 x 192 output tiles (its builder
+// wants the N tile to equal the 128-wide B-scale block) and 192 x 128 ones (three consumer warpgroups),
+// beside a plain 128 x 128 one to compare against.
 //
-// Structure (one CTA per SM, persistent, 3 warpgroups):
-//   warpgroup 0    producer: one thread streams 128 x 128 (x) and BN x 128 (w) FP8 tiles of each K block
+// Structure (one CTA per SM, persistent, 1 + C warpgroups, C = 2 or 3 consumers):
+//   warpgroup 0    producer: one thread streams 64C x 128 (x) and BN x 128 (w) FP8 tiles of each K block
 //                  into a ring of shared-memory stages with TMA (128-byte swizzle), mbarrier-tracked;
-//   warpgroups 1-2 consumers: 64 rows each; per K block 4 wgmma m64nBNk32 into a fresh fp32
+//   warpgroups 1-C consumers: 64 rows each; per K block 4 wgmma m64nBNk32 into a fresh fp32
 //                  accumulator, then the promotion `out += acc * x_scale[row] * w_scale[col block]` in
 //                  fp32 registers (the contract's per-block scaling, the same arithmetic as CUTLASS's
 //                  and cuBLASLt's blockwise kernels), then the stage goes back to the producer;
@@ -35,18 +36,25 @@
 namespace gemm_cuda {
 namespace {
 
-constexpr int kBlockM = 128;  // two consumer warpgroups of 64 rows
 constexpr int kBlockK = 128;  // one scale block of K = one 128-byte swizzle row of FP8
-constexpr int kThreads = 384;
 constexpr int kSmemLimit = 232448;  // sm_90 opt-in dynamic shared memory per block (227 KiB)
 
-template <int BN>
+// An M tile of 64 rows per consumer warpgroup (each issues m64 wgmma), BN columns.
+template <int BN, int kConsumers>
 struct Layout {
   static_assert(BN == 128 || BN == 192, "N tile: 128 or 192 (the promotion handles at most two w_scale blocks)");
+  static_assert(kConsumers == 2 || (kConsumers == 3 && BN == 128),
+                "3 consumer warpgroups get 160 registers each: room for 64 + 64 accumulators, not 96 + 96");
+  static constexpr int kBlockM = 64 * kConsumers;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  // setmaxnreg: the producer gives its registers to the consumers (65536 per SM, one CTA per SM).
+  static constexpr int kProducerRegs = kConsumers == 2 ? 40 : 24;
+  static constexpr int kConsumerRegs = kConsumers == 2 ? 232 : 160;
+  static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "register file");
   static constexpr int kBytesA = kBlockM * kBlockK;  // per stage
   static constexpr int kBytesB = BN * kBlockK;
   static constexpr int kChunk = 64 * 128;  // one 64-row x 64-column bf16 output box (128-byte rows)
-  static constexpr int kBytesOut = 2 * (BN / 64) * kChunk;  // both warpgroups
+  static constexpr int kBytesOut = kConsumers * (BN / 64) * kChunk;  // every consumer warpgroup's block
   static constexpr int kStages = (kSmemLimit - 1024 - 256 - kBytesOut) / (kBytesA + kBytesB);
   static constexpr int kOffB = kStages * kBytesA;
   static constexpr int kOffOut = kOffB + kStages * kBytesB;
@@ -195,13 +203,14 @@ struct Schedule {
   }
 };
 
-template <int BN>
-__global__ void __launch_bounds__(kThreads, 1)
+template <int BN, int kConsumers>
+__global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
     wgmma_gemm_kernel(__grid_constant__ CUtensorMap const map_x, __grid_constant__ CUtensorMap const map_w,
                       __grid_constant__ CUtensorMap const map_d, float const *__restrict__ sx,
                       float const *__restrict__ sw, int M, int N, int K, Schedule sched) {
 #ifdef GEMM_WGMMA_DEVICE
-  using L = Layout<BN>;
+  using L = Layout<BN, kConsumers>;
+  constexpr int kBlockM = L::kBlockM;
   extern __shared__ uint8_t smem_raw[];
   uint8_t *smem = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint32_t const base = smem_addr(smem);
@@ -213,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < L::kStages; ++s) {
       bar_init(full_bar + 8 * s, 1);
-      bar_init(empty_bar + 8 * s, 8);  // lane 0 of each of the 8 consumer warps
+      bar_init(empty_bar + 8 * s, 4 * kConsumers);  // lane 0 of each consumer warp
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -224,7 +233,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   int const wg = threadIdx.x / 128;
   if (wg == 0) {  // producer
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(L::kProducerRegs));
     if (threadIdx.x == 0) {
       asm volatile("prefetch.tensormap [%0];" ::"l"(&map_x) : "memory");
       asm volatile("prefetch.tensormap [%0];" ::"l"(&map_w) : "memory");
@@ -244,7 +253,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(L::kConsumerRegs));
   int const cw = wg - 1;  // consumer warpgroup: rows 64 cw .. 64 cw + 63 of the tile
   int const t128 = threadIdx.x % 128;
   int const warp = t128 / 32, lane = t128 % 32;
@@ -342,9 +351,10 @@ bool encode(CUtensorMap *map, CUtensorMapDataType type, int elem_bytes, void con
             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int BN>
+template <int BN, int kConsumers>
 int run_wgmma(GemmArgs const &g, void *, cudaStream_t stream) {
-  using L = Layout<BN>;
+  using L = Layout<BN, kConsumers>;
+  constexpr int kBlockM = L::kBlockM;
   // bf16 output only, K a whole number of blocks, TMA's 16-byte row strides and base addresses.
   if (g.kslices != 1 || g.K % kBlockK != 0 || g.N % 8 != 0 || g.ldd % 8 != 0 ||
       (reinterpret_cast<uintptr_t>(g.d) & 15) != 0) {
@@ -359,19 +369,23 @@ int run_wgmma(GemmArgs const &g, void *, cudaStream_t stream) {
   Schedule sched{(g.M + kBlockM - 1) / kBlockM, (g.N + BN - 1) / BN, g.swizzle > 1 ? g.swizzle : 8,
                  g.raster == 2 ? 1 : 0};
   int const grid = sched.count() < g.sm_count ? sched.count() : g.sm_count;
-  cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN>>(grid, kThreads, L::kSmem, g.device, stream, g.pdl, map_x,
-                                                               map_w, map_d, g.sx, g.sw, g.M, g.N, g.K, sched);
+  cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN, kConsumers>>(
+      grid, L::kThreads, L::kSmem, g.device, stream, g.pdl, map_x, map_w, map_d, g.sx, g.sw, g.M, g.N, g.K, sched);
   return -static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
 
 }  // namespace
 
 size_t workspace_cfg6(GemmArgs const &) { return 0; }
-int run_cfg6(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128>(g, ws, stream); }
+int run_cfg6(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 2>(g, ws, stream); }
 char const *const kNameCfg6 = "wgmma_128x128_persistent";
 
 size_t workspace_cfg7(GemmArgs const &) { return 0; }
-int run_cfg7(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<192>(g, ws, stream); }
+int run_cfg7(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<192, 2>(g, ws, stream); }
 char const *const kNameCfg7 = "wgmma_128x192_persistent";
+
+size_t workspace_cfg8(GemmArgs const &) { return 0; }
+int run_cfg8(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 3>(g, ws, stream); }
+char const *const kNameCfg8 = "wgmma_192x128_persistent";
 
 }  // namespace gemm_cuda
