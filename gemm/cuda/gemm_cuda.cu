@@ -30,8 +30,9 @@ namespace {
 constexpr int64_t kBlock = 128;
 // The configuration that writes fp32 partials per K slice (gemm_cuda_cfg5.cu); the others write bf16.
 constexpr int kKSliceConfig = 5;
-// The hand-written wgmma kernel with 128x192 tiles (gemm_cuda_wgmma.cu).
+// The hand-written wgmma kernel with 128x192 tiles, and with 192x128 ones (gemm_cuda_wgmma.cu).
 constexpr int kWide192Config = 7;
+constexpr int kTall192Config = 8;
 
 ConfigEntry const kConfigs[] = {
     {kNameCfg0, &workspace_cfg0, &run_cfg0}, {kNameCfg1, &workspace_cfg1, &run_cfg1},
@@ -182,6 +183,15 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   }
   if (2 * tiles <= kSms) {  // fewer than half the SMs busy with 128x128 tiles: 64-row tiles
     t.cfg = 2;
+    t.raster = 2;
+    return t;
+  }
+  // Deep K where 192x128 tiles (three consumer warpgroups) make exactly one wave at least 90% full:
+  // measured (run 32, tests/cuda/config_sweep.py) 6144x512x7168 45.0 us vs 47.9 for stream-K on 128x128
+  // tiles (1.45 waves); on full multi-wave shapes that kernel is 3-10% slower than the 128x192 one.
+  int64_t const tiles_tall = ((M + 191) / 192) * ((N + 127) / 128);
+  if (K >= 4096 && tiles_tall <= kSms && 10 * tiles_tall >= 9 * kSms) {
+    t.cfg = kTall192Config;
     t.raster = 2;
     return t;
   }

@@ -38,6 +38,8 @@ SHAPES = [
     (1024, 3072, 1536),  # 128x192, N tiles straddling two w_scale blocks (n0 % 128 == 64)
     (1000, 2999, 512),  # 128x192, M and N partial tiles, N % 8 != 0 (padded w and output)
     (2048, 2048, 1024),
+    (6144, 512, 7168),  # hand-written 192x128 kernel (three consumer warpgroups): one full wave
+    (5800, 512, 4096),  # 192x128, last M tile of 40 rows: two of its three warpgroups have no rows
     (1, 4096, 1024),
     (8, 8, 128),
     (16, 24, 256),
