@@ -32,6 +32,8 @@ SHAPES = [
     (1024, 640, 4608),  # K-sliced, 2 slices
     (1, 4096, 4096),  # K-sliced with a single row
     (100, 4104, 4608),  # K-sliced, 33 tiles (4 slices fill 132 SMs exactly)
+    (64, 1536, 7168),  # decode-like: 12 tiles, 8 K slices
+    (3, 520, 7168),  # decode-like: 5 tiles, 14 K slices of 4 K blocks, N % 128 != 0
     (300, 2001, 4096),  # K-sliced, 2 slices, N % 8 != 0 (padded w and output)
     (1024, 576, 7168),
     (6144, 7168, 256),  # hand-written 128x192 kernel (gemm_cuda_wgmma.cu)
