@@ -108,6 +108,21 @@ __device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
       : "memory");
 }
 
+// Whether the barrier's phase with this parity has completed, without waiting.
+__device__ __forceinline__ bool bar_test(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
 __device__ __forceinline__ void tma_load(void const *map, uint32_t bar, uint32_t dst, int c0, int c1) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
@@ -203,7 +218,7 @@ struct Schedule {
   }
 };
 
-template <int BN, int kConsumers>
+template <int BN, int kConsumers, bool kPrepareAhead>
 __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
     wgmma_gemm_kernel(__grid_constant__ CUtensorMap const map_x, __grid_constant__ CUtensorMap const map_w,
                       __grid_constant__ CUtensorMap const map_d, float const *__restrict__ sx,
@@ -212,8 +227,9 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   using L = Layout<BN, kConsumers>;
   constexpr int kBlockM = L::kBlockM;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t *smem = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint32_t const base = smem_addr(smem);
+  // Aligned in the shared address space itself (32-bit arithmetic): aligning the generic pointer made
+  // ptxas recompute it from special registers (S2UR SR_CgaCtaId, SR_SWINHI) at the top of every K block.
+  uint32_t const base = (smem_addr(smem_raw) + 1023) & ~1023u;
   uint32_t const full_bar = base + L::kOffBar;  // kStages barriers: the stage's TMA bytes arrived
   uint32_t const empty_bar = full_bar + 8 * L::kStages;  // kStages barriers: both consumers are done
   int const kblocks = K / kBlockK;
@@ -231,7 +247,9 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   // kernel; nothing reads x, w or the scales before that kernel has finished. A no-op otherwise.
   asm volatile("griddepcontrol.wait;" ::: "memory");
 
-  int const wg = threadIdx.x / 128;
+  // Warp-uniform as far as ptxas can tell (a broadcast lane), so that what derives from it (the
+  // warpgroup's shared-memory descriptors) lives in uniform registers that wgmma reads directly.
+  int const wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
   if (wg == 0) {  // producer
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(L::kProducerRegs));
     if (threadIdx.x == 0) {
@@ -261,6 +279,9 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   uint32_t const out_base = base + L::kOffOut + cw * (BN / 64) * L::kChunk;
   float out[BN / 2];
   float acc[BN / 2];
+  // Stage s's descriptors are these plus s stages (addresses in 16-byte units, all below 2^14).
+  uint64_t const desc_a0 = kmajor_sw128_desc(base + cw * 64 * kBlockK);
+  uint64_t const desc_b0 = kmajor_sw128_desc(base + L::kOffB);
   uint32_t it = 0;
   for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
     int tm, tn;
@@ -276,18 +297,44 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) out[i] = 0.f;
 
-    for (int kb = 0; kb < kblocks; ++kb, ++it) {
-      int const s = it % L::kStages;
-      // the scales first: their loads are in flight while the batch runs
-      float const a0 = __ldg(sx0 + kb), a1 = __ldg(sx1 + kb);
-      float const b0 = __ldg(sw0 + kb), b1 = __ldg(sw1 + kb);
-      bar_wait(full_bar + 8 * s, (it / L::kStages) & 1);
-      issue_batch<BN>(acc, kmajor_sw128_desc(base + s * L::kBytesA + cw * 64 * kBlockK),
-                      kmajor_sw128_desc(base + L::kOffB + s * L::kBytesB));
+    if constexpr (!kPrepareAhead) {  // EXPERIMENT (run 34 A/B): the loop as runs 13-33 measured it
+      for (int kb = 0; kb < kblocks; ++kb, ++it) {
+        int const s = it % L::kStages;
+        float const a0 = __ldg(sx0 + kb), a1 = __ldg(sx1 + kb);
+        float const b0 = __ldg(sw0 + kb), b1 = __ldg(sw1 + kb);
+        bar_wait(full_bar + 8 * s, (it / L::kStages) & 1);
+        issue_batch<BN>(acc, desc_a0 + static_cast<uint64_t>(s * (L::kBytesA >> 4)),
+                        desc_b0 + static_cast<uint64_t>(s * (L::kBytesB >> 4)));
+        cute::warpgroup_wait<0>();
+        fence_all<BN>(acc);
+        if (lane == 0) bar_arrive(empty_bar + 8 * s);
+        promote_cols<BN / 8>(split_at_64, out, acc, a0, a1, b0, b1);
+      }
+    } else {
+    // Between one batch's promotion and the next batch's issue there is only the stage check: the next
+    // K block's scales, stage and barrier probe are taken while the current batch runs.
+    float a0 = __ldg(sx0), a1 = __ldg(sx1), b0 = __ldg(sw0), b1 = __ldg(sw1);
+    int s = it % L::kStages;
+    bar_wait(full_bar + 8 * s, (it / L::kStages) & 1);
+    for (int kb = 0; kb < kblocks; ++kb) {
+      issue_batch<BN>(acc, desc_a0 + static_cast<uint64_t>(s * (L::kBytesA >> 4)),
+                      desc_b0 + static_cast<uint64_t>(s * (L::kBytesB >> 4)));
+      int const kn = min(kb + 1, kblocks - 1);  // the last K block reloads its own (unused)
+      float const na0 = __ldg(sx0 + kn), na1 = __ldg(sx1 + kn);
+      float const nb0 = __ldg(sw0 + kn), nb1 = __ldg(sw1 + kn);
+      ++it;
+      int const ns = it % L::kStages;
+      uint32_t const nparity = (it / L::kStages) & 1;
       cute::warpgroup_wait<0>();
       fence_all<BN>(acc);
       if (lane == 0) bar_arrive(empty_bar + 8 * s);  // the stage's operands are consumed
+      // The next tile's first stage is waited for at that tile's start.
+      bool const next_ready = kb + 1 == kblocks || bar_test(full_bar + 8 * ns, nparity);
       promote_cols<BN / 8>(split_at_64, out, acc, a0, a1, b0, b1);
+      if (!next_ready) bar_wait(full_bar + 8 * ns, nparity);
+      a0 = na0, a1 = na1, b0 = nb0, b1 = nb1;
+      s = ns;
+    }
     }
 
     // Epilogue: this warpgroup's 64 x BN bf16 block, 64 columns per 128-byte-swizzled box.
@@ -369,8 +416,14 @@ int run_wgmma(GemmArgs const &g, void *, cudaStream_t stream) {
   Schedule sched{(g.M + kBlockM - 1) / kBlockM, (g.N + BN - 1) / BN, g.swizzle > 1 ? g.swizzle : 8,
                  g.raster == 2 ? 1 : 0};
   int const grid = sched.count() < g.sm_count ? sched.count() : g.sm_count;
-  cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN, kConsumers>>(
-      grid, L::kThreads, L::kSmem, g.device, stream, g.pdl, map_x, map_w, map_d, g.sx, g.sw, g.M, g.N, g.K, sched);
+  // EXPERIMENT (run 34 A/B): splits = 2 selects the loop runs 13-33 measured.
+  cudaError_t const err =
+      g.splits == 2 ? launch_kernel<wgmma_gemm_kernel<BN, kConsumers, false>>(grid, L::kThreads, L::kSmem, g.device,
+                                                                             stream, g.pdl, map_x, map_w, map_d, g.sx,
+                                                                             g.sw, g.M, g.N, g.K, sched)
+                    : launch_kernel<wgmma_gemm_kernel<BN, kConsumers, true>>(grid, L::kThreads, L::kSmem, g.device,
+                                                                            stream, g.pdl, map_x, map_w, map_d, g.sx,
+                                                                            g.sw, g.M, g.N, g.K, sched);
   return -static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
 
