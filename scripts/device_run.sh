@@ -7,6 +7,7 @@
 #   bash scripts/device_run.sh bench   # full without the sanitizers
 #   bash scripts/device_run.sh test    # build stage + pytest (tests/kernel, tests/cuda) only
 #   bash scripts/device_run.sh check   # test + sanitizers + Nsight Compute counters (PROFILE_SHAPE)
+#   bash scripts/device_run.sh sanitize  # build stage + compute-sanitizer (memcheck, racecheck) only
 #   bash scripts/device_run.sh sweep   # JIT build once, then tests/cuda/config_sweep.py (SWEEP_VARIANTS,
 #                                      # SWEEP_SHAPES, SWEEP_ROUNDS); .cache/cuda_prebuilt/*.o if carried
 #                                      # (linked as they are: carry them only if built from these sources)
@@ -91,6 +92,7 @@ PY
       --deselect tests/kernel/test_bad_input.py::test_direct_op_call_is_checked_in_cpp 2>&1 | tee "$OUT/pytest.log" | tail -n 30
     exit 0
   fi
+  if [ "$mode" = sanitize ]; then sanitize; exit $rc; fi
   if [ "$mode" = test ] || [ "$mode" = check ]; then
     timeout 200 python3 -m pytest -q -p no:cacheprovider tests/kernel tests/cuda/test_cuda_gpu.py 2>&1 \
       | tee "$OUT/pytest.log" | tail -n 25 || rc=1

@@ -175,17 +175,20 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   // Deep K, between a quarter and a half of the SMs busy with 128x128 tiles: cut K into 4 (or 2) slices
   // run side by side (fp32 partials, then one summing pass). Measured (run 8, tests/cuda/kslice_sweep.py):
   // 1024x512x7168 18.2 us with 4 slices vs 22.0 with 64-row tiles; 1024x576x7168 21.6 (2) vs 22.2.
-  // It loses wherever the tiles already fill the SMs (the partials cost a write and a read).
-  if (K >= 4096 && (K / kBlock) % 4 == 0 && tiles >= 32 && 2 * tiles <= kSms) {
+  // It loses wherever the tiles already fill the SMs (the partials cost a write and a read), and on a
+  // single 64-row tile (run 34: 16x4608x7168 26.3 us in 2 slices, 22.7 on 64-row tiles).
+  if (K >= 4096 && (K / kBlock) % 4 == 0 && M > 64 && tiles >= 32 && 2 * tiles <= kSms) {
     t.cfg = kKSliceConfig;
     t.kslices = 4 * tiles <= kSms ? 4 : 2;
     return t;
   }
   // Decode-like: a few tiles (a handful of rows against a deep weight) would stream all of K through a
   // few SMs. Cut K into as many slices as the SMs take, each of at least 4 K blocks; the fp32 partials
-  // are small at these sizes. Run 33 measured 64x1536x7168 at 21.7 us with 64-row tiles (torch 18.3).
+  // are small at these sizes. Run 34 (64-row tiles -> this): 64x1536x7168 21.6 -> 16.6 us (torch 18.8),
+  // 128x512x7168 21.3 -> 14.1 (19.3), 1024x256x7168 21.7 -> 15.4 (25.5); at K = 2048 it lost
+  // (64x3072x2048 13.6 vs 11.7).
   int64_t const kblocks = K / kBlock;
-  if (K >= 2048 && tiles < 32) {
+  if (K >= 4096 && tiles < 32) {
     int slices = 1;
     for (int64_t s = 2; s * tiles <= kSms && kblocks / s >= 4; ++s) {
       if (kblocks % s == 0) slices = static_cast<int>(s);

@@ -218,7 +218,7 @@ struct Schedule {
   }
 };
 
-template <int BN, int kConsumers, bool kPrepareAhead>
+template <int BN, int kConsumers>
 __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
     wgmma_gemm_kernel(__grid_constant__ CUtensorMap const map_x, __grid_constant__ CUtensorMap const map_w,
                       __grid_constant__ CUtensorMap const map_d, float const *__restrict__ sx,
@@ -297,20 +297,6 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) out[i] = 0.f;
 
-    if constexpr (!kPrepareAhead) {  // EXPERIMENT (run 34 A/B): the loop as runs 13-33 measured it
-      for (int kb = 0; kb < kblocks; ++kb, ++it) {
-        int const s = it % L::kStages;
-        float const a0 = __ldg(sx0 + kb), a1 = __ldg(sx1 + kb);
-        float const b0 = __ldg(sw0 + kb), b1 = __ldg(sw1 + kb);
-        bar_wait(full_bar + 8 * s, (it / L::kStages) & 1);
-        issue_batch<BN>(acc, desc_a0 + static_cast<uint64_t>(s * (L::kBytesA >> 4)),
-                        desc_b0 + static_cast<uint64_t>(s * (L::kBytesB >> 4)));
-        cute::warpgroup_wait<0>();
-        fence_all<BN>(acc);
-        if (lane == 0) bar_arrive(empty_bar + 8 * s);
-        promote_cols<BN / 8>(split_at_64, out, acc, a0, a1, b0, b1);
-      }
-    } else {
     // Between one batch's promotion and the next batch's issue there is only the stage check: the next
     // K block's scales, stage and barrier probe are taken while the current batch runs.
     float a0 = __ldg(sx0), a1 = __ldg(sx1), b0 = __ldg(sw0), b1 = __ldg(sw1);
@@ -334,7 +320,6 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
       if (!next_ready) bar_wait(full_bar + 8 * ns, nparity);
       a0 = na0, a1 = na1, b0 = nb0, b1 = nb1;
       s = ns;
-    }
     }
 
     // Epilogue: this warpgroup's 64 x BN bf16 block, 64 columns per 128-byte-swizzled box.
@@ -416,14 +401,8 @@ int run_wgmma(GemmArgs const &g, void *, cudaStream_t stream) {
   Schedule sched{(g.M + kBlockM - 1) / kBlockM, (g.N + BN - 1) / BN, g.swizzle > 1 ? g.swizzle : 8,
                  g.raster == 2 ? 1 : 0};
   int const grid = sched.count() < g.sm_count ? sched.count() : g.sm_count;
-  // EXPERIMENT (run 34 A/B): splits = 2 selects the loop runs 13-33 measured.
-  cudaError_t const err =
-      g.splits == 2 ? launch_kernel<wgmma_gemm_kernel<BN, kConsumers, false>>(grid, L::kThreads, L::kSmem, g.device,
-                                                                             stream, g.pdl, map_x, map_w, map_d, g.sx,
-                                                                             g.sw, g.M, g.N, g.K, sched)
-                    : launch_kernel<wgmma_gemm_kernel<BN, kConsumers, true>>(grid, L::kThreads, L::kSmem, g.device,
-                                                                            stream, g.pdl, map_x, map_w, map_d, g.sx,
-                                                                            g.sw, g.M, g.N, g.K, sched);
+  cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN, kConsumers>>(
+      grid, L::kThreads, L::kSmem, g.device, stream, g.pdl, map_x, map_w, map_d, g.sx, g.sw, g.M, g.N, g.K, sched);
   return -static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
 

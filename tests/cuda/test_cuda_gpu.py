@@ -30,7 +30,7 @@ SHAPES = [
     (1024, 512, 7168),  # K-sliced, 4 slices
     (512, 1024, 4096),  # K-sliced, 4 slices, shorter K
     (1024, 640, 4608),  # K-sliced, 2 slices
-    (1, 4096, 4096),  # K-sliced with a single row
+    (1, 4096, 4096),  # a single row: 64-row tiles (32 tiles, not K-sliced at M <= 64)
     (100, 4104, 4608),  # K-sliced, 33 tiles (4 slices fill 132 SMs exactly)
     (64, 1536, 7168),  # decode-like: 12 tiles, 8 K slices
     (3, 520, 7168),  # decode-like: 5 tiles, 14 K slices of 4 K blocks, N % 128 != 0
