@@ -155,13 +155,15 @@ static double wave_fill(int64_t tiles, int64_t sms) {
 // shapes and 8192^3; these rules reproduce the per-shape winners (or a variant within ~3% of it).
 Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   constexpr int64_t kSms = 132;  // H100/H200 SXM; only the choice depends on it, not correctness
-  int64_t const tiles = ((M + 127) / 128) * ((N + 127) / 128);
+  auto const tile_count = [M, N](int64_t bm, int64_t bn) { return ((M + bm - 1) / bm) * ((N + bn - 1) / bn); };
+  int64_t const tiles = tile_count(128, 128);
+  int64_t const kblocks = K / kBlock;
   Tuning t;
   // The hand-written 128x192 kernel (gemm_cuda_wgmma.cu) when its tiles fill at least one wave and its
   // waves are fuller than 128x128's: measured (run 13, tests/cuda/config_sweep.py) 8192^3 1031 us vs
   // 1158, 6144x7168x256 36.6 vs 42.8, 6144x4096x512 34.1 vs 37.4, 1024x3072x1536 15.3 vs 17.6; within
   // ~3% of the CUTLASS pick on the other large shapes it takes; slower where its waves are emptier.
-  int64_t const tiles192 = ((M + 127) / 128) * ((N + 191) / 192);
+  int64_t const tiles192 = tile_count(128, 192);
   if (wave_fill(tiles192, kSms) > wave_fill(tiles, kSms) + 0.01 && 10 * tiles192 >= 9 * kSms) {
     t.cfg = kWide192Config;
     return t;
@@ -177,7 +179,7 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   // 1024x512x7168 18.2 us with 4 slices vs 22.0 with 64-row tiles; 1024x576x7168 21.6 (2) vs 22.2.
   // It loses wherever the tiles already fill the SMs (the partials cost a write and a read), and on a
   // single 64-row tile (run 34: 16x4608x7168 26.3 us in 2 slices, 22.7 on 64-row tiles).
-  if (K >= 4096 && (K / kBlock) % 4 == 0 && M > 64 && tiles >= 32 && 2 * tiles <= kSms) {
+  if (K >= 4096 && kblocks % 4 == 0 && M > 64 && tiles >= 32 && 2 * tiles <= kSms) {
     t.cfg = kKSliceConfig;
     t.kslices = 4 * tiles <= kSms ? 4 : 2;
     return t;
@@ -187,7 +189,6 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   // are small at these sizes. Run 34 (64-row tiles -> this): 64x1536x7168 21.6 -> 16.6 us (torch 18.8),
   // 128x512x7168 21.3 -> 14.1 (19.3), 1024x256x7168 21.7 -> 15.4 (25.5); at K = 2048 it lost
   // (64x3072x2048 13.6 vs 11.7).
-  int64_t const kblocks = K / kBlock;
   if (K >= 4096 && tiles < 32) {
     int slices = 1;
     for (int64_t s = 2; s * tiles <= kSms && kblocks / s >= 4; ++s) {
@@ -207,7 +208,7 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   // Deep K where 192x128 tiles (three consumer warpgroups) make exactly one wave at least 90% full:
   // measured (run 32, tests/cuda/config_sweep.py) 6144x512x7168 45.0 us vs 47.9 for stream-K on 128x128
   // tiles (1.45 waves); on full multi-wave shapes that kernel is 3-10% slower than the 128x192 one.
-  int64_t const tiles_tall = ((M + 191) / 192) * ((N + 127) / 128);
+  int64_t const tiles_tall = tile_count(192, 128);
   if (K >= 4096 && tiles_tall <= kSms && 10 * tiles_tall >= 9 * kSms) {
     t.cfg = kTall192Config;
     t.raster = 2;
