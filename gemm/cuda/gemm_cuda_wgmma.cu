@@ -136,12 +136,8 @@ __device__ __forceinline__ void tma_store(void const *map, uint32_t src, int c0,
                : "memory");
 }
 
-__device__ __forceinline__ void named_sync(int id, int threads = 128) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
-__device__ __forceinline__ void named_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+__device__ __forceinline__ void named_sync(int id) {
+  asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
 }
 
 // Shared-memory matrix descriptor of a K-major tile stored with 128-byte swizzle (rows of 128 bytes,
@@ -166,15 +162,13 @@ __device__ __forceinline__ void fence_all(float *acc) {
 }
 
 // One K block's wgmma batch into `acc` (N/2 registers): 4 x m64nNk32, 32 bytes of K each (+2 in the
-// descriptors' address field), committed as one group, or (split_last) the first three as one group and
-// the last as a second, so that `wgmma.wait_group 1` tells when only the last one is left.
-template <int N, bool split_last>
+// descriptors' address field), committed as one group.
+template <int N>
 __device__ __forceinline__ void issue_batch(float *acc, uint64_t da, uint64_t db) {
   fence_all<N>(acc);
   cute::warpgroup_arrive();
 #pragma unroll
   for (int k = 0; k < kBlockK / 32; ++k) {
-    if (split_last && k == kBlockK / 32 - 1) cute::warpgroup_commit_batch();
     mma<typename Mma<N>::Op>(da + 2 * k, db + 2 * k, acc, k > 0, std::make_integer_sequence<int, N / 2>{});
   }
   cute::warpgroup_commit_batch();
@@ -224,11 +218,7 @@ struct Schedule {
   }
 };
 
-// kOrdered: the consumer warpgroups take turns on the tensor cores, one K block each, in a ring: a
-// warpgroup issues its batch once the previous warpgroup's batch is down to its last wgmma (named barrier
-// kOrderBar + its index), so that each promotion runs while another warpgroup's batch keeps the tensor
-// cores busy, instead of all warpgroups promoting at once.
-template <int BN, int kConsumers, bool kOrdered>
+template <int BN, int kConsumers>
 __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
     wgmma_gemm_kernel(__grid_constant__ CUtensorMap const map_x, __grid_constant__ CUtensorMap const map_w,
                       __grid_constant__ CUtensorMap const map_d, float const *__restrict__ sx,
@@ -293,11 +283,6 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   uint64_t const desc_a0 = kmajor_sw128_desc(base + cw * 64 * kBlockK);
   uint64_t const desc_b0 = kmajor_sw128_desc(base + L::kOffB);
   uint32_t it = 0;
-  // The ring's barriers (after the epilogue's 1 .. kConsumers): this warpgroup waits on its own and
-  // signals the next one's. The first warpgroup's first batch waits for nobody, and the last warpgroup's
-  // last signal has no batch after it: each barrier gets as many arrivals as waits.
-  constexpr int kOrderBar = 1 + kConsumers;
-  uint32_t const total = ((tiles - blockIdx.x + gridDim.x - 1) / gridDim.x) * kblocks;
   for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
     int tm, tn;
     sched.tile(t, tm, tn);
@@ -318,19 +303,14 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
     int s = it % L::kStages;
     bar_wait(full_bar + 8 * s, (it / L::kStages) & 1);
     for (int kb = 0; kb < kblocks; ++kb) {
-      if (kOrdered && (cw != 0 || it != 0)) named_sync(kOrderBar + cw, 256);
-      issue_batch<BN, kOrdered>(acc, desc_a0 + static_cast<uint64_t>(s * (L::kBytesA >> 4)),
-                                desc_b0 + static_cast<uint64_t>(s * (L::kBytesB >> 4)));
+      issue_batch<BN>(acc, desc_a0 + static_cast<uint64_t>(s * (L::kBytesA >> 4)),
+                      desc_b0 + static_cast<uint64_t>(s * (L::kBytesB >> 4)));
       int const kn = min(kb + 1, kblocks - 1);  // the last K block reloads its own (unused)
       float const na0 = __ldg(sx0 + kn), na1 = __ldg(sx1 + kn);
       float const nb0 = __ldg(sw0 + kn), nb1 = __ldg(sw1 + kn);
       ++it;
       int const ns = it % L::kStages;
       uint32_t const nparity = (it / L::kStages) & 1;
-      if (kOrdered) {
-        cute::warpgroup_wait<1>();
-        if (cw != kConsumers - 1 || it != total) named_arrive(kOrderBar + (cw + 1) % kConsumers, 256);
-      }
       cute::warpgroup_wait<0>();
       fence_all<BN>(acc);
       if (lane == 0) bar_arrive(empty_bar + 8 * s);  // the stage's operands are consumed
@@ -403,7 +383,7 @@ bool encode(CUtensorMap *map, CUtensorMapDataType type, int elem_bytes, void con
             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int BN, int kConsumers, bool kOrdered = false>
+template <int BN, int kConsumers>
 int run_wgmma(GemmArgs const &g, void *, cudaStream_t stream) {
   using L = Layout<BN, kConsumers>;
   constexpr int kBlockM = L::kBlockM;
@@ -421,7 +401,7 @@ int run_wgmma(GemmArgs const &g, void *, cudaStream_t stream) {
   Schedule sched{(g.M + kBlockM - 1) / kBlockM, (g.N + BN - 1) / BN, g.swizzle > 1 ? g.swizzle : 8,
                  g.raster == 2 ? 1 : 0};
   int const grid = sched.count() < g.sm_count ? sched.count() : g.sm_count;
-  cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN, kConsumers, kOrdered>>(
+  cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN, kConsumers>>(
       grid, L::kThreads, L::kSmem, g.device, stream, g.pdl, map_x, map_w, map_d, g.sx, g.sw, g.M, g.N, g.K, sched);
   return -static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
@@ -439,17 +419,5 @@ char const *const kNameCfg7 = "wgmma_128x192_persistent";
 size_t workspace_cfg8(GemmArgs const &) { return 0; }
 int run_cfg8(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 3>(g, ws, stream); }
 char const *const kNameCfg8 = "wgmma_192x128_persistent";
-
-size_t workspace_cfg9(GemmArgs const &) { return 0; }
-int run_cfg9(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<192, 2, true>(g, ws, stream); }
-char const *const kNameCfg9 = "wgmma_128x192_ordered";
-
-size_t workspace_cfg10(GemmArgs const &) { return 0; }
-int run_cfg10(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 3, true>(g, ws, stream); }
-char const *const kNameCfg10 = "wgmma_192x128_ordered";
-
-size_t workspace_cfg11(GemmArgs const &) { return 0; }
-int run_cfg11(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 2, true>(g, ws, stream); }
-char const *const kNameCfg11 = "wgmma_128x128_ordered";
 
 }  // namespace gemm_cuda
