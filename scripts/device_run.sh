@@ -25,12 +25,12 @@ export TORCH_CUDA_ARCH_LIST=9.0a MAX_JOBS=16 PYTHONUNBUFFERED=1
 [ -x /usr/bin/g++ ] && export CXX=/usr/bin/g++
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
 rc=0
-# compute-sanitizer on the built variant: shape 2 takes the K-sliced path, shapes 3 and 4 the hand-written
-# kernel (128x192 and 192x128 tiles).
+# compute-sanitizer on the built variant: shape 2 takes the K-sliced path, shapes 3-5 the hand-written
+# kernel (128x192, 192x128 and 128x128 tiles).
 sanitize() {
   for tool in memcheck racecheck; do
     timeout 150 compute-sanitizer --tool $tool --print-limit 20 python3 tests/cuda/sanitize_calls.py --kernel-dir build \
-      --shapes 4 > "$OUT/sanitizer_$tool.log" 2>&1
+      --shapes 5 > "$OUT/sanitizer_$tool.log" 2>&1
     echo "sanitizer $tool exit=$?"; tail -n 3 "$OUT/sanitizer_$tool.log"
   done
 }

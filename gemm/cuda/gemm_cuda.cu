@@ -30,7 +30,8 @@ namespace {
 constexpr int64_t kBlock = 128;
 // The configuration that writes fp32 partials per K slice (gemm_cuda_cfg5.cu); the others write bf16.
 constexpr int kKSliceConfig = 5;
-// The hand-written wgmma kernel with 128x192 tiles, and with 192x128 ones (gemm_cuda_wgmma.cu).
+// The hand-written wgmma kernel with 128x128 tiles, 128x192 ones and 192x128 ones (gemm_cuda_wgmma.cu).
+constexpr int kSquare128Config = 6;
 constexpr int kWide192Config = 7;
 constexpr int kTall192Config = 8;
 
@@ -159,6 +160,15 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   int64_t const tiles = tile_count(128, 128);
   int64_t const kblocks = K / kBlock;
   Tuning t;
+  // Short K over at least four waves: the hand-written 192x128 kernel (three consumer warpgroups, whose
+  // epilogue is split three ways). Measured (runs 34 and 35, tests/cuda/config_sweep.py, us): 6144x4096x512
+  // 31.6 / 31.9 vs 33.2 / 33.3 for 128x192, 6144x7168x256 34.0 / 34.7 vs 36.2 / 36.2, 6144x7168x2304
+  // 200.4 / 205.5 vs 204.7 / 206.4, 6144x3072x1536 55.1 / 58.9 vs 59.2 / 61.4 for CUTLASS's 128x128.
+  int64_t const tiles_tall = tile_count(192, 128);
+  if (K <= 2304 && tiles_tall >= 4 * kSms) {
+    t.cfg = kTall192Config;
+    return t;
+  }
   // The hand-written 128x192 kernel (gemm_cuda_wgmma.cu) when its tiles fill at least one wave and its
   // waves are fuller than 128x128's: measured (run 13, tests/cuda/config_sweep.py) 8192^3 1031 us vs
   // 1158, 6144x7168x256 36.6 vs 42.8, 6144x4096x512 34.1 vs 37.4, 1024x3072x1536 15.3 vs 17.6; within
@@ -166,6 +176,12 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   int64_t const tiles192 = tile_count(128, 192);
   if (wave_fill(tiles192, kSms) > wave_fill(tiles, kSms) + 0.01 && 10 * tiles192 >= 9 * kSms) {
     t.cfg = kWide192Config;
+    return t;
+  }
+  // K <= 512 and at least a wave of 128x128 tiles: the hand-written 128x128 kernel. Measured (runs 34
+  // and 35): 1024x4096x512 11.7 / 11.5 us vs 12.6 / 12.5 for CUTLASS's ping-pong below.
+  if (K <= 512 && tiles >= kSms) {
+    t.cfg = kSquare128Config;
     return t;
   }
   if (K <= 512) {  // output-bound: ping-pong overlaps one tile's epilogue with the next one's mainloop
@@ -208,7 +224,6 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   // Deep K where 192x128 tiles (three consumer warpgroups) make exactly one wave at least 90% full:
   // measured (run 32, tests/cuda/config_sweep.py) 6144x512x7168 45.0 us vs 47.9 for stream-K on 128x128
   // tiles (1.45 waves); on full multi-wave shapes that kernel is 3-10% slower than the 128x192 one.
-  int64_t const tiles_tall = tile_count(192, 128);
   if (K >= 4096 && tiles_tall <= kSms && 10 * tiles_tall >= 9 * kSms) {
     t.cfg = kTall192Config;
     t.raster = 2;

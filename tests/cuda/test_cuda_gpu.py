@@ -36,7 +36,10 @@ SHAPES = [
     (3, 520, 7168),  # decode-like: 5 tiles, 14 K slices of 4 K blocks, N % 128 != 0
     (300, 2001, 4096),  # K-sliced, 2 slices, N % 8 != 0 (padded w and output)
     (1024, 576, 7168),
-    (6144, 7168, 256),  # hand-written 128x192 kernel (gemm_cuda_wgmma.cu)
+    (6144, 7168, 256),  # hand-written 192x128 kernel (gemm_cuda_wgmma.cu): short K, many waves
+    (6144, 1536, 2560),  # hand-written 128x192 kernel
+    (1152, 2048, 256),  # hand-written 128x128 kernel: K <= 512, a wave of tiles
+    (1000, 2056, 384),  # 128x128, M and N partial tiles
     (1024, 3072, 1536),  # 128x192, N tiles straddling two w_scale blocks (n0 % 128 == 64)
     (1000, 2999, 512),  # 128x192, M and N partial tiles, N % 8 != 0 (padded w and output)
     (2048, 2048, 1024),
