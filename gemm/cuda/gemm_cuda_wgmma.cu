@@ -218,16 +218,13 @@ struct Schedule {
   }
 };
 
-// kTwoAcc: two batch accumulators per consumer warpgroup, so that one K block's batch runs on the tensor
-// cores while the previous one is promoted (BN = 128, two consumers: out + 2 x 64 registers fit in 232).
-template <int BN, int kConsumers, bool kTwoAcc>
+template <int BN, int kConsumers>
 __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
     wgmma_gemm_kernel(__grid_constant__ CUtensorMap const map_x, __grid_constant__ CUtensorMap const map_w,
                       __grid_constant__ CUtensorMap const map_d, float const *__restrict__ sx,
                       float const *__restrict__ sw, int M, int N, int K, Schedule sched) {
 #ifdef GEMM_WGMMA_DEVICE
   using L = Layout<BN, kConsumers>;
-  static_assert(!kTwoAcc || (BN == 128 && kConsumers == 2), "two accumulators fit the registers at 128x128 only");
   constexpr int kBlockM = L::kBlockM;
   extern __shared__ uint8_t smem_raw[];
   // Aligned in the shared address space itself (32-bit arithmetic): aligning the generic pointer made
@@ -282,7 +279,6 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   uint32_t const out_base = base + L::kOffOut + cw * (BN / 64) * L::kChunk;
   float out[BN / 2];
   float acc[BN / 2];
-  float acc2[kTwoAcc ? BN / 2 : 1];
   // Stage s's descriptors are these plus s stages (addresses in 16-byte units, all below 2^14).
   uint64_t const desc_a0 = kmajor_sw128_desc(base + cw * 64 * kBlockK);
   uint64_t const desc_b0 = kmajor_sw128_desc(base + L::kOffB);
@@ -301,47 +297,6 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) out[i] = 0.f;
 
-    if constexpr (kTwoAcc) {
-      // Batch kb goes into acc (kb even) or acc2 (kb odd), and block kb - 1 is promoted while it runs.
-      // Unrolled by two so that each array is named statically: ptxas then sees that the registers read
-      // after `wait<1>` belong to a retired batch (otherwise it serializes every wgmma, warning C7514).
-      // Each batch's scales (x rows r and r + 8, the w block) travel with it to its promotion.
-      auto issue = [&](float *cur, int kb) {
-        int const st = it % L::kStages;
-        float3 const scales = make_float3(__ldg(sx0 + kb), __ldg(sx1 + kb), __ldg(sw0 + kb));
-        bar_wait(full_bar + 8 * st, (it / L::kStages) & 1);
-        issue_batch<BN>(cur, desc_a0 + static_cast<uint64_t>(st * (L::kBytesA >> 4)),
-                        desc_b0 + static_cast<uint64_t>(st * (L::kBytesB >> 4)));
-        ++it;
-        return scales;
-      };
-      auto retire = [&](float *done, float3 sc, uint32_t done_it) {  // `done`'s batch has completed
-        fence_all<BN>(done);
-        if (lane == 0) bar_arrive(empty_bar + 8 * (done_it % L::kStages));
-        float const s0 = sc.x * sc.z, s1 = sc.y * sc.z;
-        promote<BN / 8, BN / 8>(out, done, s0, s0, s1, s1);
-      };
-      float3 sc = issue(acc, 0);
-      int kb = 1;
-      for (; kb + 1 < kblocks; kb += 2) {
-        float3 const sc2 = issue(acc2, kb);
-        cute::warpgroup_wait<1>();
-        retire(acc, sc, it - 2);
-        sc = issue(acc, kb + 1);
-        cute::warpgroup_wait<1>();
-        retire(acc2, sc2, it - 2);
-      }
-      if (kb < kblocks) {  // an even number of K blocks: the last one goes into acc2
-        float3 const sc2 = issue(acc2, kb);
-        cute::warpgroup_wait<1>();
-        retire(acc, sc, it - 2);
-        cute::warpgroup_wait<0>();
-        retire(acc2, sc2, it - 1);
-      } else {
-        cute::warpgroup_wait<0>();
-        retire(acc, sc, it - 1);
-      }
-    } else {
     // Between one batch's promotion and the next batch's issue there is only the stage check: the next
     // K block's scales, stage and barrier probe are taken while the current batch runs.
     float a0 = __ldg(sx0), a1 = __ldg(sx1), b0 = __ldg(sw0), b1 = __ldg(sw1);
@@ -365,7 +320,6 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
       if (!next_ready) bar_wait(full_bar + 8 * ns, nparity);
       a0 = na0, a1 = na1, b0 = nb0, b1 = nb1;
       s = ns;
-    }
     }
 
     // Epilogue: this warpgroup's 64 x BN bf16 block, 64 columns per 128-byte-swizzled box.
@@ -429,7 +383,7 @@ bool encode(CUtensorMap *map, CUtensorMapDataType type, int elem_bytes, void con
             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int BN, int kConsumers, bool kTwoAcc = false>
+template <int BN, int kConsumers>
 int run_wgmma(GemmArgs const &g, void *, cudaStream_t stream) {
   using L = Layout<BN, kConsumers>;
   constexpr int kBlockM = L::kBlockM;
@@ -447,7 +401,7 @@ int run_wgmma(GemmArgs const &g, void *, cudaStream_t stream) {
   Schedule sched{(g.M + kBlockM - 1) / kBlockM, (g.N + BN - 1) / BN, g.swizzle > 1 ? g.swizzle : 8,
                  g.raster == 2 ? 1 : 0};
   int const grid = sched.count() < g.sm_count ? sched.count() : g.sm_count;
-  cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN, kConsumers, kTwoAcc>>(
+  cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN, kConsumers>>(
       grid, L::kThreads, L::kSmem, g.device, stream, g.pdl, map_x, map_w, map_d, g.sx, g.sw, g.M, g.N, g.K, sched);
   return -static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
@@ -465,9 +419,5 @@ char const *const kNameCfg7 = "wgmma_128x192_persistent";
 size_t workspace_cfg8(GemmArgs const &) { return 0; }
 int run_cfg8(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 3>(g, ws, stream); }
 char const *const kNameCfg8 = "wgmma_192x128_persistent";
-
-size_t workspace_cfg9(GemmArgs const &) { return 0; }
-int run_cfg9(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 2, true>(g, ws, stream); }
-char const *const kNameCfg9 = "wgmma_128x128_two_acc_persistent";
 
 }  // namespace gemm_cuda
