@@ -3,7 +3,7 @@
 Not collected by pytest. On the GPU machine, after tests/cuda/device_check.py has JIT-built the module
 (or with --kernel-dir to load a built variant through kernels):
 
-    compute-sanitizer --tool memcheck python3 tests/cuda/sanitize_calls.py [--prebuilt DIR]
+    compute-sanitizer --tool memcheck python3 tests/cuda/sanitize_calls.py [--prebuilt DIR] [--cfg N]
 
 Each call's output is checked against the fp32 reference, so a silent wrong answer fails too.
 Exit status 0 only when every call matched.
@@ -42,6 +42,7 @@ def main() -> int:
     ap.add_argument("--prebuilt", default=None)
     ap.add_argument("--kernel-dir", default=None, help="a build/ dir to load through kernels instead")
     ap.add_argument("--shapes", type=int, default=len(SHAPES), help="use only the first N shapes")
+    ap.add_argument("--cfg", type=int, default=-1, help="JIT build only: force this configuration on every call")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     if args.kernel_dir:
@@ -54,6 +55,14 @@ def main() -> int:
 
         def seed(out, a, b, sa, sb):
             k.gemm(a, b, sa, sb, c=out)
+    elif args.cfg >= 0:
+        mod = dc.load_jit(args.prebuilt)
+
+        def natural(out, x, w, xs, ws):
+            mod.natural_cfg(out, x, w, xs, ws, args.cfg)
+
+        def seed(out, a, b, sa, sb):
+            mod.seed_cfg(out, a, b, sa, sb, args.cfg)
     else:
         mod = dc.load_jit(args.prebuilt)
         natural, seed = mod.gemm_natural, mod.gemm_seed
