@@ -172,19 +172,21 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   // The hand-written 128x192 kernel (gemm_cuda_wgmma.cu) when its tiles fill at least one wave and its
   // waves are fuller than 128x128's: measured (run 13, tests/cuda/config_sweep.py) 8192^3 1031 us vs
   // 1158, 6144x7168x256 36.6 vs 42.8, 6144x4096x512 34.1 vs 37.4, 1024x3072x1536 15.3 vs 17.6; within
-  // ~3% of the CUTLASS pick on the other large shapes it takes; slower where its waves are emptier.
+  // ~3% of the CUTLASS pick on the other large shapes it takes; slower where its waves are emptier. (The
+  // short-K shapes of that list now take the 192x128 rule above.)
   int64_t const tiles192 = tile_count(128, 192);
   if (wave_fill(tiles192, kSms) > wave_fill(tiles, kSms) + 0.01 && 10 * tiles192 >= 9 * kSms) {
     t.cfg = kWide192Config;
     return t;
   }
-  // K <= 512 and at least a wave of 128x128 tiles: the hand-written 128x128 kernel. Measured (runs 34
-  // and 35): 1024x4096x512 11.7 / 11.5 us vs 12.6 / 12.5 for CUTLASS's ping-pong below.
-  if (K <= 512 && tiles >= kSms) {
-    t.cfg = kSquare128Config;
-    return t;
-  }
-  if (K <= 512) {  // output-bound: ping-pong overlaps one tile's epilogue with the next one's mainloop
+  if (K <= 512) {
+    // At least a wave of 128x128 tiles: the hand-written 128x128 kernel. Measured (runs 34 and 35):
+    // 1024x4096x512 11.7 / 11.5 us vs 12.6 / 12.5 for CUTLASS's ping-pong.
+    if (tiles >= kSms) {
+      t.cfg = kSquare128Config;
+      return t;
+    }
+    // Fewer: output-bound, and ping-pong overlaps one tile's epilogue with the next one's mainloop.
     t.cfg = 2;
     t.raster = 2;
     t.swizzle = 4;
