@@ -1,7 +1,7 @@
 // A hand-written sm_90a FP8 block-scaled GEMM (configurations 6, 7 and 8, see gemm_cuda_kernels.h), for
 // the tile shapes CUTLASS 4.2's blockwise collective cannot build: 128 x 192 output tiles (its builder
 // wants the N tile to equal the 128-wide B-scale block) and 192 x 128 ones (three consumer warpgroups),
-// beside a plain 128 x 128 one to compare against.
+// beside a plain 128 x 128 one (pick_tuning takes it for K <= 512 with a wave of tiles, runs 34-36).
 //
 // Structure (one CTA per SM, persistent, 1 + C warpgroups, C = 2 or 3 consumers):
 //   warpgroup 0    producer: one thread streams 64C x 128 (x) and BN x 128 (w) FP8 tiles of each K block
@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   // ptxas recompute it from special registers (S2UR SR_CgaCtaId, SR_SWINHI) at the top of every K block.
   uint32_t const base = (smem_addr(smem_raw) + 1023) & ~1023u;
   uint32_t const full_bar = base + L::kOffBar;  // kStages barriers: the stage's TMA bytes arrived
-  uint32_t const empty_bar = full_bar + 8 * L::kStages;  // kStages barriers: both consumers are done
+  uint32_t const empty_bar = full_bar + 8 * L::kStages;  // kStages barriers: every consumer warp is done
   int const kblocks = K / kBlockK;
   int const tiles = sched.count();
 

@@ -12,6 +12,7 @@ Exit status 0 only when every call matched.
 from __future__ import annotations
 
 import argparse
+import functools
 import pathlib
 import sys
 
@@ -55,17 +56,12 @@ def main() -> int:
 
         def seed(out, a, b, sa, sb):
             k.gemm(a, b, sa, sb, c=out)
-    elif args.cfg >= 0:
-        mod = dc.load_jit(args.prebuilt)
-
-        def natural(out, x, w, xs, ws):
-            mod.natural_cfg(out, x, w, xs, ws, args.cfg)
-
-        def seed(out, a, b, sa, sb):
-            mod.seed_cfg(out, a, b, sa, sb, args.cfg)
     else:
         mod = dc.load_jit(args.prebuilt)
         natural, seed = mod.gemm_natural, mod.gemm_seed
+        if args.cfg >= 0:
+            natural = functools.partial(mod.natural_cfg, cfg=args.cfg)
+            seed = functools.partial(mod.seed_cfg, cfg=args.cfg)
     gen = torch.Generator(device="cuda")
     gen.manual_seed(7)
     failures = 0
