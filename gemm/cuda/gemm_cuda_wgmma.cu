@@ -163,13 +163,13 @@ __device__ __forceinline__ void fence_all(float *acc) {
 
 // One K block's wgmma batch into `acc` (N/2 registers): 4 x m64nNk32, 32 bytes of K each (+2 in the
 // descriptors' address field), committed as one group.
-template <int N>
+template <int N, bool kAdd = false>
 __device__ __forceinline__ void issue_batch(float *acc, uint64_t da, uint64_t db) {
   fence_all<N>(acc);
   cute::warpgroup_arrive();
 #pragma unroll
   for (int k = 0; k < kBlockK / 32; ++k) {
-    mma<typename Mma<N>::Op>(da + 2 * k, db + 2 * k, acc, k > 0, std::make_integer_sequence<int, N / 2>{});
+    mma<typename Mma<N>::Op>(da + 2 * k, db + 2 * k, acc, kAdd || k > 0, std::make_integer_sequence<int, N / 2>{});
   }
   cute::warpgroup_commit_batch();
 }
@@ -218,7 +218,9 @@ struct Schedule {
   }
 };
 
-template <int BN, int kConsumers>
+// EXPERIMENT (ablation, results are wrong on purpose): kAblate 1 = the serial loop without the promotion's
+// FFMAs (the waits kept), 2 = no per-block wait at all (every batch added to one accumulator, wait<1>).
+template <int BN, int kConsumers, int kAblate = 0>
 __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
     wgmma_gemm_kernel(__grid_constant__ CUtensorMap const map_x, __grid_constant__ CUtensorMap const map_w,
                       __grid_constant__ CUtensorMap const map_d, float const *__restrict__ sx,
@@ -297,6 +299,24 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) out[i] = 0.f;
 
+    if constexpr (kAblate == 2) {
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+      for (int kb = 0; kb < kblocks; ++kb) {
+        int const st = (it + kb) % L::kStages;
+        bar_wait(full_bar + 8 * st, ((it + kb) / L::kStages) & 1);
+        issue_batch<BN, true>(acc, desc_a0 + static_cast<uint64_t>(st * (L::kBytesA >> 4)),
+                              desc_b0 + static_cast<uint64_t>(st * (L::kBytesB >> 4)));
+        cute::warpgroup_wait<1>();
+        if (kb > 0 && lane == 0) bar_arrive(empty_bar + 8 * ((it + kb - 1) % L::kStages));
+      }
+      cute::warpgroup_wait<0>();
+      fence_all<BN>(acc);
+      if (lane == 0) bar_arrive(empty_bar + 8 * ((it + kblocks - 1) % L::kStages));
+      it += kblocks;
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) out[i] = acc[i] * __ldg(sx0);
+    } else {
     // Between one batch's promotion and the next batch's issue there is only the stage check: the next
     // K block's scales, stage and barrier probe are taken while the current batch runs.
     float a0 = __ldg(sx0), a1 = __ldg(sx1), b0 = __ldg(sw0), b1 = __ldg(sw1);
@@ -316,10 +336,16 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
       if (lane == 0) bar_arrive(empty_bar + 8 * s);  // the stage's operands are consumed
       // The next tile's first stage is waited for at that tile's start.
       bool const next_ready = kb + 1 == kblocks || bar_test(full_bar + 8 * ns, nparity);
-      promote_cols<BN / 8>(split_at_64, out, acc, a0, a1, b0, b1);
+      if constexpr (kAblate == 0) {
+        promote_cols<BN / 8>(split_at_64, out, acc, a0, a1, b0, b1);
+      } else if (kb + 1 == kblocks) {
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) out[i] = acc[i] * (a0 * b1);
+      }
       if (!next_ready) bar_wait(full_bar + 8 * ns, nparity);
       a0 = na0, a1 = na1, b0 = nb0, b1 = nb1;
       s = ns;
+    }
     }
 
     // Epilogue: this warpgroup's 64 x BN bf16 block, 64 columns per 128-byte-swizzled box.
@@ -383,7 +409,7 @@ bool encode(CUtensorMap *map, CUtensorMapDataType type, int elem_bytes, void con
             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int BN, int kConsumers>
+template <int BN, int kConsumers, int kAblate = 0>
 int run_wgmma(GemmArgs const &g, void *, cudaStream_t stream) {
   using L = Layout<BN, kConsumers>;
   constexpr int kBlockM = L::kBlockM;
@@ -401,7 +427,7 @@ int run_wgmma(GemmArgs const &g, void *, cudaStream_t stream) {
   Schedule sched{(g.M + kBlockM - 1) / kBlockM, (g.N + BN - 1) / BN, g.swizzle > 1 ? g.swizzle : 8,
                  g.raster == 2 ? 1 : 0};
   int const grid = sched.count() < g.sm_count ? sched.count() : g.sm_count;
-  cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN, kConsumers>>(
+  cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN, kConsumers, kAblate>>(
       grid, L::kThreads, L::kSmem, g.device, stream, g.pdl, map_x, map_w, map_d, g.sx, g.sw, g.M, g.N, g.K, sched);
   return -static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
@@ -419,5 +445,18 @@ char const *const kNameCfg7 = "wgmma_128x192_persistent";
 size_t workspace_cfg8(GemmArgs const &) { return 0; }
 int run_cfg8(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 3>(g, ws, stream); }
 char const *const kNameCfg8 = "wgmma_192x128_persistent";
+
+size_t workspace_cfg9(GemmArgs const &) { return 0; }
+int run_cfg9(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<192, 2, 1>(g, ws, stream); }
+char const *const kNameCfg9 = "ablation_128x192_no_ffma";
+size_t workspace_cfg10(GemmArgs const &) { return 0; }
+int run_cfg10(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<192, 2, 2>(g, ws, stream); }
+char const *const kNameCfg10 = "ablation_128x192_no_wait";
+size_t workspace_cfg11(GemmArgs const &) { return 0; }
+int run_cfg11(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 2, 1>(g, ws, stream); }
+char const *const kNameCfg11 = "ablation_128x128_no_ffma";
+size_t workspace_cfg12(GemmArgs const &) { return 0; }
+int run_cfg12(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 2, 2>(g, ws, stream); }
+char const *const kNameCfg12 = "ablation_128x128_no_wait";
 
 }  // namespace gemm_cuda

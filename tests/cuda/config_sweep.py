@@ -8,7 +8,9 @@ device time only). Prints a table and writes config_sweep.json to --out.
     python3 tests/cuda/config_sweep.py --out DIR [--shapes challenge,8192x8192x8192]
         [--variants pick,c6,c7,c7r2,c5k4,torch]
 
-A variant is `pick` (pick_tuning's choice), `torch` (F.scaled_mm blockwise), or `c<cfg>` followed by
+A variant is `pick` (pick_tuning's choice), `torch` (F.scaled_mm blockwise), `pertensor` (cuBLAS's
+per-tensor FP8 GEMM on the same operands, unit scales: a different op, timed as the speed of light of the
+block-scaled one; its check fails by design), or `c<cfg>` followed by
 optional knobs `r<raster>` `s<swizzle>` `p<splits>` `k<kslices>` (see Tuning in gemm/cuda/gemm_cuda.h).
 Run 8 swept the K-sliced configuration with `c5k1,c5k2,c5k4,...`. Seed-layout variants (the same
 problems passed as a, b, a_scale, b_scale): `spick` (the op's own choice) and `seed<cfg>` (seed_with_config
@@ -32,7 +34,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.impls import _blockwise, blockwise_scale_a, blockwise_scale_b  # noqa: E402
+from benchmarks.impls import _blockwise, blockwise_scale_a, blockwise_scale_b, pertensor_fp8  # noqa: E402
 from benchmarks.problem import check, magnitude, make_inputs, parse_shapes, reference  # noqa: E402
 from benchmarks.timing import Budget, Flusher, time_samples  # noqa: E402
 from tests.cuda.device_check import load_jit  # noqa: E402
@@ -45,6 +47,8 @@ def parse_variant(spec: str) -> dict | None:
     """'c7r2s16' -> {'cfg': 7, 'raster': 2, 'swizzle': 16}; 'pick' -> {'cfg': -1}; 'torch' -> None."""
     if spec == "torch":
         return None
+    if spec == "pertensor":
+        return {"pertensor": True}
     if spec == "pick":
         return {"cfg": -1}
     if m := re.fullmatch(r"(?:spick|seed(\d+))(nopdl)?", spec):  # nopdl: Tuning.pdl off
@@ -63,6 +67,9 @@ def calls(mod, sets, outs, knobs: dict | None) -> list:
     if knobs is None:
         scales = [(blockwise_scale_a(s.x_scale), blockwise_scale_b(s.w_scale)) for s in sets]
         return [(lambda s=s, sc=sc: _blockwise(s.x, s.w, sc[0], sc[1])) for s, sc in zip(sets, scales, strict=True)]
+    if knobs.get("pertensor"):
+        one = torch.ones((), dtype=torch.float32, device=sets[0].x.device)
+        return [(lambda s=s: pertensor_fp8(s.x, s.w, one)) for s in sets]
     if knobs.get("layout") == "seed":
         return [
             (lambda s=s, o=o: mod.seed_cfg(o, s.a, s.b, s.a_scale, s.b_scale, knobs["cfg"], knobs["pdl"]))
