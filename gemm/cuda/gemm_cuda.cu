@@ -45,6 +45,8 @@ ConfigEntry const kConfigs[] = {
     {kNameCfg12, &workspace_cfg12, &run_cfg12}, {kNameCfg13, &workspace_cfg13, &run_cfg13},
     {kNameCfg14, &workspace_cfg14, &run_cfg14}, {kNameCfg15, &workspace_cfg15, &run_cfg15},
     {kNameCfg16, &workspace_cfg16, &run_cfg16}, {kNameCfg17, &workspace_cfg17, &run_cfg17},
+    {kNameCfg18, &workspace_cfg18, &run_cfg18}, {kNameCfg19, &workspace_cfg19, &run_cfg19},
+    {kNameCfg20, &workspace_cfg20, &run_cfg20}, {kNameCfg21, &workspace_cfg21, &run_cfg21},
 };
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
 

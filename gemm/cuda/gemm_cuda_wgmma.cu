@@ -155,8 +155,12 @@ __device__ __forceinline__ void tma_store(void const *map, uint32_t src, int c0,
                : "memory");
 }
 
-__device__ __forceinline__ void named_sync(int id) {
-  asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
+__device__ __forceinline__ void named_sync(int id, int threads = 128) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 // Shared-memory matrix descriptor of a K-major tile stored with 128-byte swizzle (rows of 128 bytes,
@@ -270,7 +274,10 @@ struct Schedule {
 
 // EXPERIMENT (ablation, results are wrong on purpose): kAblate 1 = the serial loop without the promotion's
 // FFMAs (the waits kept), 2 = no per-block wait at all (every batch added to one accumulator, wait<1>).
-template <int BN, int kConsumers, int kAblate = 0>
+// EXPERIMENT kRing: the consumer warpgroups promote (or rescale) one at a time, in a ring (named barrier
+// kRingBar + its index: wait for the previous warpgroup's promotion of the same K block, then signal the
+// next), so that while one promotes, the others' batches keep the tensor cores busy.
+template <int BN, int kConsumers, int kAblate = 0, bool kRing = false>
 __global__ void __launch_bounds__(Layout<BN, kConsumers, kAblate>::kThreads, 1)
     wgmma_gemm_kernel(__grid_constant__ CUtensorMap const map_x, __grid_constant__ CUtensorMap const map_w,
                       __grid_constant__ CUtensorMap const map_d, __grid_constant__ CUtensorMap const map_tail,
@@ -338,6 +345,21 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers, kAblate>::kThreads, 1)
   uint64_t const desc_a0 = kmajor_sw128_desc(base + cw * 64 * kBlockK);
   uint64_t const desc_b0 = kmajor_sw128_desc(base + L::kOffB);
   uint32_t it = 0;
+  // The ring: every warpgroup promotes (kblocks - 1) times per tile; the first warpgroup's first promotion
+  // waits for nobody and the last warpgroup's last signal has nobody waiting, so that each barrier gets
+  // as many arrivals as waits.
+  constexpr int kRingBar = 1 + kConsumers;
+  uint32_t const promotions = ((tiles - blockIdx.x + gridDim.x - 1) / gridDim.x) * (kblocks - 1);
+  uint32_t promo = 0;
+  auto ring_enter = [&] {
+    if (kRing && (cw != 0 || promo != 0)) named_sync(kRingBar + cw, 256);
+  };
+  auto ring_leave = [&] {
+    if (kRing && (cw != kConsumers - 1 || promo + 1 != promotions)) {
+      named_arrive(kRingBar + (cw + 1) % kConsumers, 256);
+    }
+    ++promo;
+  };
   for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
     int tm, tn;
     sched.tile(t, tm, tn);
@@ -391,7 +413,9 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers, kAblate>::kThreads, 1)
         if (lane == 0) bar_arrive(empty_bar + 8 * s);
         bool const next_ready = kb + 1 == kblocks || bar_test(full_bar + 8 * ns, nparity);
         if (kb + 1 < kblocks) {
+          ring_enter();
           scale_cols<BN / 8, kStep>(o, acc, f, offsets);
+          ring_leave();
           u = un;
         }
         if (!next_ready) bar_wait(full_bar + 8 * ns, nparity);
@@ -436,7 +460,9 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers, kAblate>::kThreads, 1)
       // The next tile's first stage is waited for at that tile's start.
       bool const next_ready = kb + 1 == kblocks || bar_test(full_bar + 8 * ns, nparity);
       if constexpr (kAblate == 0) {
+        if (kb + 1 < kblocks) ring_enter();
         promote_cols<BN / 8>(split_at_64, out, acc, a0, a1, b0, b1);
+        if (kb + 1 < kblocks) ring_leave();
       } else if (kb + 1 == kblocks) {
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) out[i] = acc[i] * (a0 * b1);
@@ -514,7 +540,7 @@ bool encode(CUtensorMap *map, CUtensorMapDataType type, int elem_bytes, void con
             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int BN, int kConsumers, int kAblate = 0>
+template <int BN, int kConsumers, int kAblate = 0, bool kRing = false>
 int run_wgmma(GemmArgs const &g, void *, cudaStream_t stream) {
   using L = Layout<BN, kConsumers, kAblate>;
   constexpr int kBlockM = L::kBlockM;
@@ -534,7 +560,7 @@ int run_wgmma(GemmArgs const &g, void *, cudaStream_t stream) {
   Schedule sched{(g.M + kBlockM - 1) / kBlockM, (g.N + BN - 1) / BN, g.swizzle > 1 ? g.swizzle : 8,
                  g.raster == 2 ? 1 : 0};
   int const grid = sched.count() < g.sm_count ? sched.count() : g.sm_count;
-  cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN, kConsumers, kAblate>>(
+  cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN, kConsumers, kAblate, kRing>>(
       grid, L::kThreads, L::kSmem, g.device, stream, g.pdl, map_x, map_w, map_d, map_tail, g.sx, g.sw, g.M, g.N,
       g.K, sched);
   return -static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
@@ -581,5 +607,17 @@ char const *const kNameCfg16 = "rescaled_128x256";
 size_t workspace_cfg17(GemmArgs const &) { return 0; }
 int run_cfg17(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<192, 3, 3>(g, ws, stream); }
 char const *const kNameCfg17 = "rescaled_192x192";
+size_t workspace_cfg18(GemmArgs const &) { return 0; }
+int run_cfg18(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<192, 3, 3, true>(g, ws, stream); }
+char const *const kNameCfg18 = "rescaled_192x192_ring";
+size_t workspace_cfg19(GemmArgs const &) { return 0; }
+int run_cfg19(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 3, 0, true>(g, ws, stream); }
+char const *const kNameCfg19 = "wgmma_192x128_ring";
+size_t workspace_cfg20(GemmArgs const &) { return 0; }
+int run_cfg20(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<192, 2, 0, true>(g, ws, stream); }
+char const *const kNameCfg20 = "wgmma_128x192_ring";
+size_t workspace_cfg21(GemmArgs const &) { return 0; }
+int run_cfg21(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<256, 2, 3, true>(g, ws, stream); }
+char const *const kNameCfg21 = "rescaled_128x256_ring";
 
 }  // namespace gemm_cuda
