@@ -40,13 +40,7 @@ ConfigEntry const kConfigs[] = {
     {kNameCfg2, &workspace_cfg2, &run_cfg2}, {kNameCfg3, &workspace_cfg3, &run_cfg3},
     {kNameCfg4, &workspace_cfg4, &run_cfg4}, {kNameCfg5, &workspace_cfg5, &run_cfg5},
     {kNameCfg6, &workspace_cfg6, &run_cfg6}, {kNameCfg7, &workspace_cfg7, &run_cfg7},
-    {kNameCfg8, &workspace_cfg8, &run_cfg8}, {kNameCfg9, &workspace_cfg9, &run_cfg9},
-    {kNameCfg10, &workspace_cfg10, &run_cfg10}, {kNameCfg11, &workspace_cfg11, &run_cfg11},
-    {kNameCfg12, &workspace_cfg12, &run_cfg12}, {kNameCfg13, &workspace_cfg13, &run_cfg13},
-    {kNameCfg14, &workspace_cfg14, &run_cfg14}, {kNameCfg15, &workspace_cfg15, &run_cfg15},
-    {kNameCfg16, &workspace_cfg16, &run_cfg16}, {kNameCfg17, &workspace_cfg17, &run_cfg17},
-    {kNameCfg18, &workspace_cfg18, &run_cfg18}, {kNameCfg19, &workspace_cfg19, &run_cfg19},
-    {kNameCfg20, &workspace_cfg20, &run_cfg20}, {kNameCfg21, &workspace_cfg21, &run_cfg21},
+    {kNameCfg8, &workspace_cfg8, &run_cfg8},
 };
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
 

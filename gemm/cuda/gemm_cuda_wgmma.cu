@@ -23,7 +23,6 @@
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
 #include <cute/arch/mma_sm90_gmma.hpp>
-#include <cute/arch/mma_sm90_gmma_ext.hpp>
 
 #include <cstdint>
 #include <utility>
@@ -40,15 +39,11 @@ namespace {
 constexpr int kBlockK = 128;  // one scale block of K = one 128-byte swizzle row of FP8
 constexpr int kSmemLimit = 232448;  // sm_90 opt-in dynamic shared memory per block (227 KiB)
 
-// EXPERIMENT: kMode 3 = the rescaled single accumulator (any BN, multiple of 16, up to 256).
-constexpr int kRescaledMode = 3;
-
 // An M tile of 64 rows per consumer warpgroup (each issues m64 wgmma), BN columns.
-template <int BN, int kConsumers, int kMode = 0>
+template <int BN, int kConsumers>
 struct Layout {
-  static_assert(kMode == kRescaledMode ? BN % 16 == 0 && BN <= 256 : BN == 128 || BN == 192,
-                "N tile: 128 or 192 (the promotion handles at most two w_scale blocks)");
-  static_assert(kMode == kRescaledMode || kConsumers == 2 || (kConsumers == 3 && BN == 128),
+  static_assert(BN == 128 || BN == 192, "N tile: 128 or 192 (the promotion handles at most two w_scale blocks)");
+  static_assert(kConsumers == 2 || (kConsumers == 3 && BN == 128),
                 "3 consumer warpgroups get 160 registers each: room for 64 + 64 accumulators, not 96 + 96");
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kThreads = 128 * (1 + kConsumers);
@@ -59,9 +54,7 @@ struct Layout {
   static constexpr int kBytesA = kBlockM * kBlockK;  // per stage
   static constexpr int kBytesB = BN * kBlockK;
   static constexpr int kChunk = 64 * 128;  // one 64-row x 64-column bf16 output box (128-byte rows)
-  static constexpr int kTail = BN % 64;  // columns of the last, narrower output box (no swizzle)
-  static constexpr int kBytesWg = 64 * BN * 2;  // one consumer warpgroup's bf16 block
-  static constexpr int kBytesOut = kConsumers * kBytesWg;
+  static constexpr int kBytesOut = kConsumers * (BN / 64) * kChunk;  // every consumer warpgroup's block
   static constexpr int kStages = (kSmemLimit - 1024 - 256 - kBytesOut) / (kBytesA + kBytesB);
   static constexpr int kOffB = kStages * kBytesA;
   static constexpr int kOffOut = kOffB + kStages * kBytesB;
@@ -80,18 +73,6 @@ struct Mma<128> {
 template <>
 struct Mma<192> {
   using Op = cute::SM90::GMMA::MMA_64x192x32_F32E4M3E4M3_SS_TN<>;
-};
-template <>
-struct Mma<144> {
-  using Op = cute::SM90::GMMA::MMA_64x144x32_F32E4M3E4M3_SS_TN<>;
-};
-template <>
-struct Mma<224> {
-  using Op = cute::SM90::GMMA::MMA_64x224x32_F32E4M3E4M3_SS_TN<>;
-};
-template <>
-struct Mma<256> {
-  using Op = cute::SM90::GMMA::MMA_64x256x32_F32E4M3E4M3_SS_TN<>;
 };
 
 
@@ -155,12 +136,8 @@ __device__ __forceinline__ void tma_store(void const *map, uint32_t src, int c0,
                : "memory");
 }
 
-__device__ __forceinline__ void named_sync(int id, int threads = 128) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
-__device__ __forceinline__ void named_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+__device__ __forceinline__ void named_sync(int id) {
+  asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
 }
 
 // Shared-memory matrix descriptor of a K-major tile stored with 128-byte swizzle (rows of 128 bytes,
@@ -186,13 +163,13 @@ __device__ __forceinline__ void fence_all(float *acc) {
 
 // One K block's wgmma batch into `acc` (N/2 registers): 4 x m64nNk32, 32 bytes of K each (+2 in the
 // descriptors' address field), committed as one group.
-template <int N, bool kAdd = false>
+template <int N>
 __device__ __forceinline__ void issue_batch(float *acc, uint64_t da, uint64_t db) {
   fence_all<N>(acc);
   cute::warpgroup_arrive();
 #pragma unroll
   for (int k = 0; k < kBlockK / 32; ++k) {
-    mma<typename Mma<N>::Op>(da + 2 * k, db + 2 * k, acc, kAdd || k > 0, std::make_integer_sequence<int, N / 2>{});
+    mma<typename Mma<N>::Op>(da + 2 * k, db + 2 * k, acc, k > 0, std::make_integer_sequence<int, N / 2>{});
   }
   cute::warpgroup_commit_batch();
 }
@@ -222,37 +199,6 @@ __device__ __forceinline__ void promote_cols(bool split_at_64, float *out, float
     promote<NJ, 16>(out, acc, a0 * b0, a0 * b1, a1 * b0, a1 * b1);
   }
 }
-
-// The rescaled accumulator's per-element factors: rows r and r + 8 (h) by the tile's up to three w_scale
-// blocks (c); a tile of BN columns starting o = n0 % 128 columns into a block has 8-column group j in
-// block (o + 8 j) / 128.
-struct Factors {
-  float v[2][3];
-};
-
-__device__ __forceinline__ float block_scale(float a, float b) {
-  constexpr float kMin = 0x1p-64f;  // never divide by zero (a zero scale adds |product| * 2^-64 instead)
-  float const s = a * b;
-  return fabsf(s) < kMin ? copysignf(kMin, s) : s;
-}
-
-template <int NJ, int O>
-__device__ __forceinline__ void scale_cols_at(float *acc, Factors const &f) {
-#pragma unroll
-  for (int j = 0; j < NJ; ++j) {
-    int const c = (O + 8 * j) / 128;
-    acc[4 * j + 0] *= f.v[0][c];
-    acc[4 * j + 1] *= f.v[0][c];
-    acc[4 * j + 2] *= f.v[1][c];
-    acc[4 * j + 3] *= f.v[1][c];
-  }
-}
-
-// acc *= f, compiled once for each offset o a tile of BN columns can start at (multiples of gcd(BN, 128)).
-template <int NJ, int kStep, int... I>
-__device__ __forceinline__ void scale_cols(int o, float *acc, Factors const &f, std::integer_sequence<int, I...>) {
-  ((o == I * kStep ? scale_cols_at<NJ, I * kStep>(acc, f) : void()), ...);
-}
 #endif  // GEMM_WGMMA_DEVICE
 
 // The persistent schedule: tile t -> (tile_m, tile_n), in groups of `group` tiles along M (or along N
@@ -272,20 +218,13 @@ struct Schedule {
   }
 };
 
-// EXPERIMENT (ablation, results are wrong on purpose): kAblate 1 = the serial loop without the promotion's
-// FFMAs (the waits kept), 2 = no per-block wait at all (every batch added to one accumulator, wait<1>).
-// EXPERIMENT kRing: the consumer warpgroups promote (or rescale) one at a time, in a ring (named barrier
-// kRingBar + its index: wait for the previous warpgroup's promotion of the same K block, then signal the
-// next), so that while one promotes, the others' batches keep the tensor cores busy.
-template <int BN, int kConsumers, int kAblate = 0, bool kRing = false>
-__global__ void __launch_bounds__(Layout<BN, kConsumers, kAblate>::kThreads, 1)
+template <int BN, int kConsumers>
+__global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
     wgmma_gemm_kernel(__grid_constant__ CUtensorMap const map_x, __grid_constant__ CUtensorMap const map_w,
-                      __grid_constant__ CUtensorMap const map_d, __grid_constant__ CUtensorMap const map_tail,
-                      float const *__restrict__ sx, float const *__restrict__ sw, int M, int N, int K,
-                      Schedule sched) {
+                      __grid_constant__ CUtensorMap const map_d, float const *__restrict__ sx,
+                      float const *__restrict__ sw, int M, int N, int K, Schedule sched) {
 #ifdef GEMM_WGMMA_DEVICE
-  using L = Layout<BN, kConsumers, kAblate>;
-  constexpr bool kRescaled = kAblate == kRescaledMode;
+  using L = Layout<BN, kConsumers>;
   constexpr int kBlockM = L::kBlockM;
   extern __shared__ uint8_t smem_raw[];
   // Aligned in the shared address space itself (32-bit arithmetic): aligning the generic pointer made
@@ -337,29 +276,13 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers, kAblate>::kThreads, 1)
   int const t128 = threadIdx.x % 128;
   int const warp = t128 / 32, lane = t128 % 32;
   int const nblocks = (N + 127) / 128;  // w_scale rows
-  uint32_t const out_base = base + L::kOffOut + cw * L::kBytesWg;
-  float out[kRescaled ? 1 : BN / 2];
+  uint32_t const out_base = base + L::kOffOut + cw * (BN / 64) * L::kChunk;
+  float out[BN / 2];
   float acc[BN / 2];
-  float *const res = kRescaled ? acc : out;  // the tile's result
   // Stage s's descriptors are these plus s stages (addresses in 16-byte units, all below 2^14).
   uint64_t const desc_a0 = kmajor_sw128_desc(base + cw * 64 * kBlockK);
   uint64_t const desc_b0 = kmajor_sw128_desc(base + L::kOffB);
   uint32_t it = 0;
-  // The ring: every warpgroup promotes (kblocks - 1) times per tile; the first warpgroup's first promotion
-  // waits for nobody and the last warpgroup's last signal has nobody waiting, so that each barrier gets
-  // as many arrivals as waits.
-  constexpr int kRingBar = 1 + kConsumers;
-  uint32_t const promotions = ((tiles - blockIdx.x + gridDim.x - 1) / gridDim.x) * (kblocks - 1);
-  uint32_t promo = 0;
-  auto ring_enter = [&] {
-    if (kRing && (cw != 0 || promo != 0)) named_sync(kRingBar + cw, 256);
-  };
-  auto ring_leave = [&] {
-    if (kRing && (cw != kConsumers - 1 || promo + 1 != promotions)) {
-      named_arrive(kRingBar + (cw + 1) % kConsumers, 256);
-    }
-    ++promo;
-  };
   for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
     int tm, tn;
     sched.tile(t, tm, tn);
@@ -372,74 +295,8 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers, kAblate>::kThreads, 1)
     float const *sw1 = sw + static_cast<int64_t>(min(n0 / 128 + 1, nblocks - 1)) * kblocks;
     bool const split_at_64 = (n0 % 128) != 0;  // BN = 192 only: columns 0..63 in the first block
 #pragma unroll
-    for (int i = 0; i < (kRescaled ? 1 : BN / 2); ++i) out[i] = 0.f;
+    for (int i = 0; i < BN / 2; ++i) out[i] = 0.f;
 
-    if constexpr (kRescaled) {
-      // One accumulator, kept in the units of its latest K block's scales: before batch kb + 1 is added,
-      // acc is multiplied by scale(kb) / scale(kb + 1) (rows by column blocks), so that wgmma adds the
-      // new block's products with factor 1; at the end acc times scale(last) is the result. ptxas allows
-      // the rescaling only with no batch in flight (it then serializes every wgmma otherwise), so the
-      // loop is the serial one; what it buys is registers: no separate batch accumulator.
-      float const *sw2 = sw + static_cast<int64_t>(min(n0 / 128 + 2, nblocks - 1)) * kblocks;
-      int const o = n0 % 128;
-      constexpr int kStep = BN % 128 == 0 ? 128 : (BN % 64 == 0 ? 64 : (BN % 32 == 0 ? 32 : 16));
-      auto const offsets = std::make_integer_sequence<int, 128 / kStep>{};
-      auto units = [&](int kb) {
-        float const a0 = __ldg(sx0 + kb), a1 = __ldg(sx1 + kb);
-        float const b0 = __ldg(sw0 + kb), b1 = __ldg(sw1 + kb), b2 = __ldg(sw2 + kb);
-        return Factors{{{block_scale(a0, b0), block_scale(a0, b1), block_scale(a0, b2)},
-                        {block_scale(a1, b0), block_scale(a1, b1), block_scale(a1, b2)}}};
-      };
-#pragma unroll
-      for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
-      Factors u = units(0);
-      int s = it % L::kStages;
-      bar_wait(full_bar + 8 * s, (it / L::kStages) & 1);
-      for (int kb = 0; kb < kblocks; ++kb) {
-        issue_batch<BN, true>(acc, desc_a0 + static_cast<uint64_t>(s * (L::kBytesA >> 4)),
-                              desc_b0 + static_cast<uint64_t>(s * (L::kBytesB >> 4)));
-        Factors const un = units(min(kb + 1, kblocks - 1));
-        Factors f;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-#pragma unroll
-          for (int c = 0; c < 3; ++c) f.v[h][c] = __fdividef(u.v[h][c], un.v[h][c]);
-        }
-        ++it;
-        int const ns = it % L::kStages;
-        uint32_t const nparity = (it / L::kStages) & 1;
-        cute::warpgroup_wait<0>();
-        fence_all<BN>(acc);
-        if (lane == 0) bar_arrive(empty_bar + 8 * s);
-        bool const next_ready = kb + 1 == kblocks || bar_test(full_bar + 8 * ns, nparity);
-        if (kb + 1 < kblocks) {
-          ring_enter();
-          scale_cols<BN / 8, kStep>(o, acc, f, offsets);
-          ring_leave();
-          u = un;
-        }
-        if (!next_ready) bar_wait(full_bar + 8 * ns, nparity);
-        s = ns;
-      }
-      scale_cols<BN / 8, kStep>(o, acc, u, offsets);
-    } else if constexpr (kAblate == 2) {
-#pragma unroll
-      for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
-      for (int kb = 0; kb < kblocks; ++kb) {
-        int const st = (it + kb) % L::kStages;
-        bar_wait(full_bar + 8 * st, ((it + kb) / L::kStages) & 1);
-        issue_batch<BN, true>(acc, desc_a0 + static_cast<uint64_t>(st * (L::kBytesA >> 4)),
-                              desc_b0 + static_cast<uint64_t>(st * (L::kBytesB >> 4)));
-        cute::warpgroup_wait<1>();
-        if (kb > 0 && lane == 0) bar_arrive(empty_bar + 8 * ((it + kb - 1) % L::kStages));
-      }
-      cute::warpgroup_wait<0>();
-      fence_all<BN>(acc);
-      if (lane == 0) bar_arrive(empty_bar + 8 * ((it + kblocks - 1) % L::kStages));
-      it += kblocks;
-#pragma unroll
-      for (int i = 0; i < BN / 2; ++i) out[i] = acc[i] * __ldg(sx0);
-    } else {
     // Between one batch's promotion and the next batch's issue there is only the stage check: the next
     // K block's scales, stage and barrier probe are taken while the current batch runs.
     float a0 = __ldg(sx0), a1 = __ldg(sx1), b0 = __ldg(sw0), b1 = __ldg(sw1);
@@ -459,22 +316,13 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers, kAblate>::kThreads, 1)
       if (lane == 0) bar_arrive(empty_bar + 8 * s);  // the stage's operands are consumed
       // The next tile's first stage is waited for at that tile's start.
       bool const next_ready = kb + 1 == kblocks || bar_test(full_bar + 8 * ns, nparity);
-      if constexpr (kAblate == 0) {
-        if (kb + 1 < kblocks) ring_enter();
-        promote_cols<BN / 8>(split_at_64, out, acc, a0, a1, b0, b1);
-        if (kb + 1 < kblocks) ring_leave();
-      } else if (kb + 1 == kblocks) {
-#pragma unroll
-        for (int i = 0; i < BN / 2; ++i) out[i] = acc[i] * (a0 * b1);
-      }
+      promote_cols<BN / 8>(split_at_64, out, acc, a0, a1, b0, b1);
       if (!next_ready) bar_wait(full_bar + 8 * ns, nparity);
       a0 = na0, a1 = na1, b0 = nb0, b1 = nb1;
       s = ns;
     }
-    }
 
-    // Epilogue: this warpgroup's 64 x BN bf16 block, 64 columns per 128-byte-swizzled box (and the last
-    // BN % 64 columns in a plain one).
+    // Epilogue: this warpgroup's 64 x BN bf16 block, 64 columns per 128-byte-swizzled box.
     if (t128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // last tile's store read
     named_sync(1 + cw);
     int const r = 16 * warp + lane / 4;  // row within the warpgroup's block (and r + 8)
@@ -484,9 +332,8 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers, kAblate>::kThreads, 1)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         int const rr = r + 8 * h;
-        __nv_bfloat162 const v = __floats2bfloat162_rn(res[4 * j + 2 * h], res[4 * j + 2 * h + 1]);
-        uint32_t const addr = j / 8 < BN / 64 ? chunk + rr * 128 + (((j % 8) ^ (rr % 8)) << 4) + 4 * (lane % 4)
-                                              : chunk + rr * (2 * L::kTail) + (j % 8) * 16 + 4 * (lane % 4);
+        __nv_bfloat162 const v = __floats2bfloat162_rn(out[4 * j + 2 * h], out[4 * j + 2 * h + 1]);
+        uint32_t const addr = chunk + rr * 128 + (((j % 8) ^ (rr % 8)) << 4) + 4 * (lane % 4);
         asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(*reinterpret_cast<uint32_t const *>(&v)));
       }
     }
@@ -496,9 +343,6 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers, kAblate>::kThreads, 1)
 #pragma unroll
       for (int c = 0; c < BN / 64; ++c) {
         if (n0 + 64 * c < N) tma_store(&map_d, out_base + c * L::kChunk, n0 + 64 * c, m0 + 64 * cw);
-      }
-      if (L::kTail > 0 && n0 + BN - L::kTail < N) {
-        tma_store(&map_tail, out_base + (BN / 64) * L::kChunk, n0 + BN - L::kTail, m0 + 64 * cw);
       }
       asm volatile("cp.async.bulk.commit_group;" ::: "memory");
     }
@@ -527,8 +371,7 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // A 2-D row-major tensor (rows x cols elements, row stride ld elements) read or written in boxes of
 // box_rows x box_cols with 128-byte swizzle (box_cols * element size must be 128 bytes).
 bool encode(CUtensorMap *map, CUtensorMapDataType type, int elem_bytes, void const *ptr, uint64_t rows,
-            uint64_t cols, uint64_t ld, uint32_t box_rows, uint32_t box_cols,
-            CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
+            uint64_t cols, uint64_t ld, uint32_t box_rows, uint32_t box_cols) {
   auto fn = tensor_map_encoder();
   if (fn == nullptr) return false;
   cuuint64_t dims[2] = {cols, rows};
@@ -536,33 +379,30 @@ bool encode(CUtensorMap *map, CUtensorMapDataType type, int elem_bytes, void con
   cuuint32_t box[2] = {box_cols, box_rows};
   cuuint32_t elem_strides[2] = {1, 1};
   return fn(map, type, 2, const_cast<void *>(ptr), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-            swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int BN, int kConsumers, int kAblate = 0, bool kRing = false>
+template <int BN, int kConsumers>
 int run_wgmma(GemmArgs const &g, void *, cudaStream_t stream) {
-  using L = Layout<BN, kConsumers, kAblate>;
+  using L = Layout<BN, kConsumers>;
   constexpr int kBlockM = L::kBlockM;
   // bf16 output only, K a whole number of blocks, TMA's 16-byte row strides and base addresses.
   if (g.kslices != 1 || g.K % kBlockK != 0 || g.N % 8 != 0 || g.ldd % 8 != 0 ||
       (reinterpret_cast<uintptr_t>(g.d) & 15) != 0) {
     return -static_cast<int>(cudaErrorInvalidValue);
   }
-  CUtensorMap map_x, map_w, map_d, map_tail;
+  CUtensorMap map_x, map_w, map_d;
   if (!encode(&map_x, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.x, g.M, g.K, g.K, kBlockM, kBlockK) ||
       !encode(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.w, g.N, g.K, g.K, BN, kBlockK) ||
-      !encode(&map_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, g.d, g.M, g.N, g.ldd, 64, 64) ||
-      !encode(&map_tail, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, g.d, g.M, g.N, g.ldd, 64,
-              L::kTail > 0 ? L::kTail : 64, L::kTail > 0 ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B)) {
+      !encode(&map_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, g.d, g.M, g.N, g.ldd, 64, 64)) {
     return -static_cast<int>(cudaErrorInvalidValue);
   }
   Schedule sched{(g.M + kBlockM - 1) / kBlockM, (g.N + BN - 1) / BN, g.swizzle > 1 ? g.swizzle : 8,
                  g.raster == 2 ? 1 : 0};
   int const grid = sched.count() < g.sm_count ? sched.count() : g.sm_count;
-  cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN, kConsumers, kAblate, kRing>>(
-      grid, L::kThreads, L::kSmem, g.device, stream, g.pdl, map_x, map_w, map_d, map_tail, g.sx, g.sw, g.M, g.N,
-      g.K, sched);
+  cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN, kConsumers>>(
+      grid, L::kThreads, L::kSmem, g.device, stream, g.pdl, map_x, map_w, map_d, g.sx, g.sw, g.M, g.N, g.K, sched);
   return -static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
 
@@ -579,45 +419,5 @@ char const *const kNameCfg7 = "wgmma_128x192_persistent";
 size_t workspace_cfg8(GemmArgs const &) { return 0; }
 int run_cfg8(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 3>(g, ws, stream); }
 char const *const kNameCfg8 = "wgmma_192x128_persistent";
-
-size_t workspace_cfg9(GemmArgs const &) { return 0; }
-int run_cfg9(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<192, 2, 1>(g, ws, stream); }
-char const *const kNameCfg9 = "ablation_128x192_no_ffma";
-size_t workspace_cfg10(GemmArgs const &) { return 0; }
-int run_cfg10(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<192, 2, 2>(g, ws, stream); }
-char const *const kNameCfg10 = "ablation_128x192_no_wait";
-size_t workspace_cfg11(GemmArgs const &) { return 0; }
-int run_cfg11(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 2, 1>(g, ws, stream); }
-char const *const kNameCfg11 = "ablation_128x128_no_ffma";
-size_t workspace_cfg12(GemmArgs const &) { return 0; }
-int run_cfg12(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 2, 2>(g, ws, stream); }
-char const *const kNameCfg12 = "ablation_128x128_no_wait";
-size_t workspace_cfg13(GemmArgs const &) { return 0; }
-int run_cfg13(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<192, 2, 3>(g, ws, stream); }
-char const *const kNameCfg13 = "rescaled_128x192";
-size_t workspace_cfg14(GemmArgs const &) { return 0; }
-int run_cfg14(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<144, 3, 3>(g, ws, stream); }
-char const *const kNameCfg14 = "rescaled_192x144";
-size_t workspace_cfg15(GemmArgs const &) { return 0; }
-int run_cfg15(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<224, 2, 3>(g, ws, stream); }
-char const *const kNameCfg15 = "rescaled_128x224";
-size_t workspace_cfg16(GemmArgs const &) { return 0; }
-int run_cfg16(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<256, 2, 3>(g, ws, stream); }
-char const *const kNameCfg16 = "rescaled_128x256";
-size_t workspace_cfg17(GemmArgs const &) { return 0; }
-int run_cfg17(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<192, 3, 3>(g, ws, stream); }
-char const *const kNameCfg17 = "rescaled_192x192";
-size_t workspace_cfg18(GemmArgs const &) { return 0; }
-int run_cfg18(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<192, 3, 3, true>(g, ws, stream); }
-char const *const kNameCfg18 = "rescaled_192x192_ring";
-size_t workspace_cfg19(GemmArgs const &) { return 0; }
-int run_cfg19(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 3, 0, true>(g, ws, stream); }
-char const *const kNameCfg19 = "wgmma_192x128_ring";
-size_t workspace_cfg20(GemmArgs const &) { return 0; }
-int run_cfg20(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<192, 2, 0, true>(g, ws, stream); }
-char const *const kNameCfg20 = "wgmma_128x192_ring";
-size_t workspace_cfg21(GemmArgs const &) { return 0; }
-int run_cfg21(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<256, 2, 3, true>(g, ws, stream); }
-char const *const kNameCfg21 = "rescaled_128x256_ring";
 
 }  // namespace gemm_cuda
