@@ -34,13 +34,15 @@ constexpr int kKSliceConfig = 5;
 constexpr int kSquare128Config = 6;
 constexpr int kWide192Config = 7;
 constexpr int kTall192Config = 8;
+// M <= 64: w streamed through 64-row tiles with the operands swapped, in K slices (gemm_cuda_decode.cu).
+constexpr int kDecodeConfig = 9;
 
 ConfigEntry const kConfigs[] = {
     {kNameCfg0, &workspace_cfg0, &run_cfg0}, {kNameCfg1, &workspace_cfg1, &run_cfg1},
     {kNameCfg2, &workspace_cfg2, &run_cfg2}, {kNameCfg3, &workspace_cfg3, &run_cfg3},
     {kNameCfg4, &workspace_cfg4, &run_cfg4}, {kNameCfg5, &workspace_cfg5, &run_cfg5},
     {kNameCfg6, &workspace_cfg6, &run_cfg6}, {kNameCfg7, &workspace_cfg7, &run_cfg7},
-    {kNameCfg8, &workspace_cfg8, &run_cfg8},
+    {kNameCfg8, &workspace_cfg8, &run_cfg8}, {kNameCfg9, &workspace_cfg9, &run_cfg9},
 };
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
 
@@ -85,7 +87,8 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
   if (tuning.cfg < 0) tuning = pick_tuning(M, N, K);
   int const cfg = tuning.cfg;
   TORCH_CHECK(cfg < kNumConfigs, "gemm (cuda): no configuration ", cfg);
-  bool const sliced = cfg == kKSliceConfig;
+  // fp32 partials per K slice: always for the K-sliced configuration, for the decode one from 2 slices.
+  bool const sliced = cfg == kKSliceConfig || (cfg == kDecodeConfig && tuning.kslices > 1);
   int const slices = sliced ? tuning.kslices : 1;
   TORCH_CHECK(slices >= 1 && (K / kBlock) % slices == 0, "gemm (cuda): ", slices,
               " K slices do not divide the ", K / kBlock, " K-blocks");

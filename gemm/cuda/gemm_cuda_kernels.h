@@ -90,6 +90,7 @@ GEMM_CUDA_DECLARE_CONFIG(5)
 GEMM_CUDA_DECLARE_CONFIG(6)  // hand-written wgmma kernels (gemm_cuda_wgmma.cu)
 GEMM_CUDA_DECLARE_CONFIG(7)
 GEMM_CUDA_DECLARE_CONFIG(8)
+GEMM_CUDA_DECLARE_CONFIG(9)  // decode-like shapes, M <= 64 (gemm_cuda_decode.cu)
 
 #undef GEMM_CUDA_DECLARE_CONFIG
 

@@ -17,10 +17,7 @@
 // The fragment layout of a wgmma m64nNk32 fp32 accumulator (PTX ISA, "Register fragments"): thread t of
 // the warpgroup holds, for j < N/8, d[4j + 2h + e] = D[16 (t/32) + (t%32)/4 + 8h][8j + 2 (t%4) + e].
 
-#include <cuda.h>  // CUtensorMap and its enums (types only: the encoder is fetched from the driver at run time)
 #include <cuda_bf16.h>
-#include <cuda_runtime.h>
-#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
 #include <cute/arch/mma_sm90_gmma.hpp>
 
@@ -28,13 +25,11 @@
 #include <utility>
 
 #include "gemm_cuda_kernels.h"
-
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define GEMM_WGMMA_DEVICE 1
-#endif
+#include "gemm_cuda_sm90.cuh"
 
 namespace gemm_cuda {
 namespace {
+using namespace sm90;
 
 constexpr int kBlockK = 128;  // one scale block of K = one 128-byte swizzle row of FP8
 constexpr int kSmemLimit = 232448;  // sm_90 opt-in dynamic shared memory per block (227 KiB)
@@ -77,90 +72,9 @@ struct Mma<192> {
 
 
 // ---------------------------------------------------------------------------------------------
-// PTX wrappers (sm_90a)
+// One K block's batch and its promotion (sm_90a; the PTX wrappers are in gemm_cuda_sm90.cuh)
 // ---------------------------------------------------------------------------------------------
 #ifdef GEMM_WGMMA_DEVICE
-__device__ __forceinline__ uint32_t smem_addr(void const *p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void bar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
-}
-
-__device__ __forceinline__ void bar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void bar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-
-// Whether the barrier's phase with this parity has completed, without waiting.
-__device__ __forceinline__ bool bar_test(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n"
-      "}\n"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-
-__device__ __forceinline__ void tma_load(void const *map, uint32_t bar, uint32_t dst, int c0, int c1) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
-      ::"r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1)
-      : "memory");
-}
-
-__device__ __forceinline__ void tma_store(void const *map, uint32_t src, int c0, int c1) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
-               ::"l"(map), "r"(src), "r"(c0), "r"(c1)
-               : "memory");
-}
-
-__device__ __forceinline__ void named_sync(int id) {
-  asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
-}
-
-// Shared-memory matrix descriptor of a K-major tile stored with 128-byte swizzle (rows of 128 bytes,
-// 8-row / 1024-byte swizzle atoms): start address, stride between 8-row groups 1024 B, swizzle mode 1.
-__device__ __forceinline__ uint64_t kmajor_sw128_desc(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(1) << 16) |
-         (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
-}
-
-template <class Op, int... I>
-__device__ __forceinline__ void mma(uint64_t da, uint64_t db, float *d, bool accumulate,
-                                    std::integer_sequence<int, I...>) {
-  Op::fma(da, db, d[I]..., accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
-}
-
-// Compiler-level fence on every accumulator register: keeps reads and writes of `acc` on their side of
-// the asynchronous wgmma that owns them.
-template <int N>
-__device__ __forceinline__ void fence_all(float *acc) {
-#pragma unroll
-  for (int i = 0; i < N / 2; ++i) cute::warpgroup_fence_operand(acc[i]);
-}
-
 // One K block's wgmma batch into `acc` (N/2 registers): 4 x m64nNk32, 32 bytes of K each (+2 in the
 // descriptors' address field), committed as one group.
 template <int N>
@@ -354,35 +268,6 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
 // ---------------------------------------------------------------------------------------------
 // host side
 // ---------------------------------------------------------------------------------------------
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void *p = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      p = nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-  }();
-  return fn;
-}
-
-// A 2-D row-major tensor (rows x cols elements, row stride ld elements) read or written in boxes of
-// box_rows x box_cols with 128-byte swizzle (box_cols * element size must be 128 bytes).
-bool encode(CUtensorMap *map, CUtensorMapDataType type, int elem_bytes, void const *ptr, uint64_t rows,
-            uint64_t cols, uint64_t ld, uint32_t box_rows, uint32_t box_cols) {
-  auto fn = tensor_map_encoder();
-  if (fn == nullptr) return false;
-  cuuint64_t dims[2] = {cols, rows};
-  cuuint64_t strides[1] = {ld * elem_bytes};
-  cuuint32_t box[2] = {box_cols, box_rows};
-  cuuint32_t elem_strides[2] = {1, 1};
-  return fn(map, type, 2, const_cast<void *>(ptr), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
 template <int BN, int kConsumers>
 int run_wgmma(GemmArgs const &g, void *, cudaStream_t stream) {
   using L = Layout<BN, kConsumers>;

@@ -1,0 +1,216 @@
+// Configuration 9: decode-like shapes (M <= 64: a few activation rows against a deep weight), where the
+// GEMM is a stream of w through the SMs. Operands swapped so that w's rows fill wgmma's M of 64: each CTA
+// computes a 64 (w rows = output columns) x MP (activation rows, M rounded up to 8, 16, 32 or 64) block
+// of out^T over one K slice, as 4 x wgmma m64nMPk32 per K block (both operands K-major in shared memory,
+// TMA-loaded into an 8-stage mbarrier ring by one producer warp), promoted every K block into fp32
+// registers with w_scale (one value per K block: a 64-row tile lies in one 128-row block) times x_scale
+// (one per column). The grid is (w row tiles, K slices): K slices give a weight stream enough CTAs to
+// fill the SMs; each slice writes fp32 partials that gemm_cuda_reduce.cu sums, or bf16 directly when
+// there is one slice.
+//
+// Accumulator fragment of m64nMPk32 (PTX ISA, "Register fragments"): thread t of the warpgroup holds,
+// for j < MP/8, d[4j + 2h + e] = D[16 (t/32) + (t%32)/4 + 8h][8j + 2 (t%4) + e], D = out^T.
+
+#include <cuda_bf16.h>
+
+#include <cute/arch/mma_sm90_gmma.hpp>
+
+#include <cstdint>
+#include <utility>
+
+#include "gemm_cuda_kernels.h"
+#include "gemm_cuda_sm90.cuh"
+
+namespace gemm_cuda {
+namespace {
+using namespace sm90;
+
+constexpr int kBlockK = 128;
+constexpr int kRows = 64;  // w rows per CTA: wgmma's M
+constexpr int kStages = 8;
+constexpr int kThreads = 160;  // one consumer warpgroup (warps 0-3) and the producer warp (4)
+
+template <int MP>
+struct DecodeMma;
+template <>
+struct DecodeMma<8> {
+  using Op = cute::SM90::GMMA::MMA_64x8x32_F32E4M3E4M3_SS_TN<>;
+};
+template <>
+struct DecodeMma<16> {
+  using Op = cute::SM90::GMMA::MMA_64x16x32_F32E4M3E4M3_SS_TN<>;
+};
+template <>
+struct DecodeMma<32> {
+  using Op = cute::SM90::GMMA::MMA_64x32x32_F32E4M3E4M3_SS_TN<>;
+};
+template <>
+struct DecodeMma<64> {
+  using Op = cute::SM90::GMMA::MMA_64x64x32_F32E4M3E4M3_SS_TN<>;
+};
+
+template <int MP>
+struct DecodeLayout {
+  static constexpr int kBytesW = kRows * kBlockK;
+  static constexpr int kBytesX = MP * kBlockK;  // a whole number of 1024-byte swizzle atoms (MP >= 8)
+  static constexpr int kStage = kBytesW + kBytesX;
+  static constexpr int kSmem = 1024 + kStages * kStage + 2 * kStages * 8;  // + slack to align the base
+};
+
+// d: bf16 out (M x ldd) when kslices == 1, else fp32 partials, slice s at d + s * M * ldd.
+template <int MP>
+__global__ void __launch_bounds__(kThreads, 1)
+    decode_gemm_kernel(__grid_constant__ CUtensorMap const map_w, __grid_constant__ CUtensorMap const map_x,
+                       float const *__restrict__ sx, float const *__restrict__ sw, void *__restrict__ d,
+                       int64_t ldd, int M, int N, int K, int kslices) {
+#ifdef GEMM_WGMMA_DEVICE
+  using L = DecodeLayout<MP>;
+  extern __shared__ uint8_t smem_raw[];
+  uint32_t const base = (smem_addr(smem_raw) + 1023) & ~1023u;
+  uint32_t const full_bar = base + kStages * L::kStage;
+  uint32_t const empty_bar = full_bar + 8 * kStages;
+  int const kblocks = K / kBlockK;
+  int const per_slice = kblocks / kslices;
+  int const kb0 = static_cast<int>(blockIdx.y) * per_slice;
+  int const n0 = static_cast<int>(blockIdx.x) * kRows;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      bar_init(full_bar + 8 * s, 1);
+      bar_init(empty_bar + 8 * s, 4);  // lane 0 of each consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // a no-op unless launched as a dependent
+
+  int const warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 32), 0);
+  int const lane = threadIdx.x % 32;
+  if (warp == 4) {  // producer
+    if (lane == 0) {
+      asm volatile("prefetch.tensormap [%0];" ::"l"(&map_w) : "memory");
+      asm volatile("prefetch.tensormap [%0];" ::"l"(&map_x) : "memory");
+      for (int i = 0; i < per_slice; ++i) {
+        int const s = i % kStages;
+        bar_wait(empty_bar + 8 * s, ((i / kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
+        bar_expect_tx(full_bar + 8 * s, L::kStage);
+        tma_load(&map_w, full_bar + 8 * s, base + s * L::kStage, (kb0 + i) * kBlockK, n0);
+        tma_load(&map_x, full_bar + 8 * s, base + s * L::kStage + L::kBytesW, (kb0 + i) * kBlockK, 0);
+      }
+    }
+    return;
+  }
+
+  // Consumer warpgroup. Scales: the tile's w_scale row, and x_scale rows of this thread's MP/4 columns
+  // (rows past M clamped: their outputs are not stored).
+  int const t = threadIdx.x;
+  int const nblocks = (N + 127) / 128;
+  float const *const swp = sw + static_cast<int64_t>(min(n0 / 128, nblocks - 1)) * kblocks;
+  float const *sxp[MP / 4];
+#pragma unroll
+  for (int q = 0; q < MP / 4; ++q) {
+    int const m = 8 * (q / 2) + 2 * (t % 4) + q % 2;
+    sxp[q] = sx + static_cast<int64_t>(min(m, M - 1)) * kblocks;
+  }
+  float out[MP / 2];
+  float acc[MP / 2];
+#pragma unroll
+  for (int i = 0; i < MP / 2; ++i) out[i] = 0.f;
+  uint64_t const desc_w0 = kmajor_sw128_desc(base);
+  uint64_t const desc_x0 = kmajor_sw128_desc(base + L::kBytesW);
+  for (int i = 0; i < per_slice; ++i) {
+    int const s = i % kStages;
+    int const kb = kb0 + i;
+    bar_wait(full_bar + 8 * s, (i / kStages) & 1);
+    fence_all<MP>(acc);
+    cute::warpgroup_arrive();
+    uint64_t const dw = desc_w0 + static_cast<uint64_t>(s * (L::kStage >> 4));
+    uint64_t const dx = desc_x0 + static_cast<uint64_t>(s * (L::kStage >> 4));
+#pragma unroll
+    for (int k = 0; k < kBlockK / 32; ++k) {
+      mma<typename DecodeMma<MP>::Op>(dw + 2 * k, dx + 2 * k, acc, k > 0, std::make_integer_sequence<int, MP / 2>{});
+    }
+    cute::warpgroup_commit_batch();
+    float const ws = __ldg(swp + kb);  // the scales' loads run under the batch
+    float scale[MP / 4];
+#pragma unroll
+    for (int q = 0; q < MP / 4; ++q) scale[q] = ws * __ldg(sxp[q] + kb);
+    cute::warpgroup_wait<0>();
+    fence_all<MP>(acc);
+    if (lane == 0) bar_arrive(empty_bar + 8 * s);
+#pragma unroll
+    for (int j = 0; j < MP / 8; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          int const i = 4 * j + 2 * h + e;
+          out[i] = fmaf(acc[i], scale[2 * j + e], out[i]);
+        }
+      }
+    }
+  }
+
+  // out^T fragment -> out (M x ldd): row m, column n. Eight lanes write eight adjacent columns of one row.
+#pragma unroll
+  for (int j = 0; j < MP / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      int const m = 8 * j + 2 * (t % 4) + e;
+      if (m >= M) continue;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        int const n = n0 + 16 * (t / 32) + (t % 32) / 4 + 8 * h;
+        if (n >= N) continue;
+        float const v = out[4 * j + 2 * h + e];
+        if (kslices == 1) {
+          static_cast<__nv_bfloat16 *>(d)[m * ldd + n] = __float2bfloat16_rn(v);
+        } else {
+          static_cast<float *>(d)[(static_cast<int64_t>(blockIdx.y) * M + m) * ldd + n] = v;
+        }
+      }
+    }
+  }
+#endif  // GEMM_WGMMA_DEVICE
+}
+
+template <int MP>
+cudaError_t launch_decode(GemmArgs const &g, CUtensorMap const &map_w, cudaStream_t stream) {
+  CUtensorMap map_x;
+  if (!encode(&map_x, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.x, g.M, g.K, g.K, MP, kBlockK)) {
+    return cudaErrorInvalidValue;
+  }
+  dim3 const grid((g.N + kRows - 1) / kRows, g.kslices);
+  return launch_kernel<decode_gemm_kernel<MP>>(grid, kThreads, DecodeLayout<MP>::kSmem, g.device, stream, g.pdl,
+                                               map_w, map_x, g.sx, g.sw, g.d, g.ldd, g.M, g.N, g.K, g.kslices);
+}
+
+int run_decode(GemmArgs const &g, cudaStream_t stream) {
+  int const kblocks = g.K / kBlockK;
+  if (g.M < 1 || g.M > 64 || g.K % kBlockK != 0 || g.kslices < 1 || kblocks % g.kslices != 0) {
+    return -static_cast<int>(cudaErrorInvalidValue);
+  }
+  CUtensorMap map_w;
+  if (!encode(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.w, g.N, g.K, g.K, kRows, kBlockK)) {
+    return -static_cast<int>(cudaErrorInvalidValue);
+  }
+  cudaError_t err;
+  if (g.M <= 8) {
+    err = launch_decode<8>(g, map_w, stream);
+  } else if (g.M <= 16) {
+    err = launch_decode<16>(g, map_w, stream);
+  } else if (g.M <= 32) {
+    err = launch_decode<32>(g, map_w, stream);
+  } else {
+    err = launch_decode<64>(g, map_w, stream);
+  }
+  return -static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
+}
+
+}  // namespace
+
+size_t workspace_cfg9(GemmArgs const &) { return 0; }
+int run_cfg9(GemmArgs const &g, void *, cudaStream_t stream) { return run_decode(g, stream); }
+char const *const kNameCfg9 = "wgmma_decode_64xM_ksliced";
+
+}  // namespace gemm_cuda
