@@ -7,6 +7,7 @@
 #   bash scripts/device_run.sh bench   # full without the sanitizers
 #   bash scripts/device_run.sh test    # build stage + pytest (tests/kernel, tests/cuda) only
 #   bash scripts/device_run.sh check   # test + sanitizers + Nsight Compute counters (PROFILE_SHAPE)
+#   bash scripts/device_run.sh verify  # test + sanitizers
 #   bash scripts/device_run.sh sanitize  # build stage + compute-sanitizer (memcheck, racecheck) only
 #   bash scripts/device_run.sh sweep   # JIT build once, then tests/cuda/config_sweep.py (SWEEP_VARIANTS,
 #                                      # SWEEP_SHAPES, SWEEP_ROUNDS); .cache/cuda_prebuilt/*.o if carried
@@ -25,12 +26,12 @@ export TORCH_CUDA_ARCH_LIST=9.0a MAX_JOBS=16 PYTHONUNBUFFERED=1
 [ -x /usr/bin/g++ ] && export CXX=/usr/bin/g++
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
 rc=0
-# compute-sanitizer on the built variant: shape 2 takes the K-sliced path, shapes 3-5 the hand-written
-# kernel (128x192, 192x128 and 128x128 tiles).
+# compute-sanitizer on the built variant: shapes 1 and 6 take the decode kernel (one K slice, 14), shape
+# 2 the K-sliced path, shapes 3-5 the hand-written kernel (128x192, 192x128 and 128x128 tiles).
 sanitize() {
   for tool in memcheck racecheck; do
     timeout 150 compute-sanitizer --tool $tool --print-limit 20 python3 tests/cuda/sanitize_calls.py --kernel-dir build \
-      --shapes 5 > "$OUT/sanitizer_$tool.log" 2>&1
+      --shapes 6 > "$OUT/sanitizer_$tool.log" 2>&1
     echo "sanitizer $tool exit=$?"; tail -n 3 "$OUT/sanitizer_$tool.log"
   done
 }
@@ -93,11 +94,12 @@ PY
     exit 0
   fi
   if [ "$mode" = sanitize ]; then sanitize; exit $rc; fi
-  if [ "$mode" = test ] || [ "$mode" = check ]; then
+  if [ "$mode" = test ] || [ "$mode" = check ] || [ "$mode" = verify ]; then
     timeout 200 python3 -m pytest -q -p no:cacheprovider tests/kernel tests/cuda/test_cuda_gpu.py 2>&1 \
       | tee "$OUT/pytest.log" | tail -n 25 || rc=1
     [ "$mode" = test ] && exit $rc
     sanitize
+    [ "$mode" = verify ] && exit $rc
     # Hardware counters of ours and torch's blockwise kernel on one compute-bound shape.
     timeout 150 ncu --clock-control none -k 'regex:wgmma|Gemm|gemm|xmma' --section SpeedOfLight \
       --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats \

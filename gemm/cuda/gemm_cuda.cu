@@ -163,6 +163,21 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   int64_t const tiles = tile_count(128, 128);
   int64_t const kblocks = K / kBlock;
   Tuning t;
+  // Decode-like (M <= 64): the decode kernel (w's rows on wgmma's M, gemm_cuda_decode.cu), K cut into the
+  // fewest slices that give every SM a CTA, with at least 4 K blocks per slice and the fp32 partials
+  // (slices x M x N x 4 bytes) at most half of w's N x K bytes.
+  if (M <= 64) {
+    int64_t const tiles64 = (N + 63) / 64;
+    int slices = 1;
+    for (int64_t s = 2; tiles64 < kSms && s <= kblocks / 4 && s * 8 * M <= K; ++s) {
+      if (kblocks % s != 0) continue;
+      slices = static_cast<int>(s);
+      if (tiles64 * s >= kSms) break;
+    }
+    t.cfg = kDecodeConfig;
+    t.kslices = slices;
+    return t;
+  }
   // Short K over at least four waves: the hand-written 192x128 kernel (three consumer warpgroups, whose
   // epilogue is split three ways). Measured (runs 34 and 35, tests/cuda/config_sweep.py, us): 6144x4096x512
   // 31.6 / 31.9 vs 33.2 / 33.3 for 128x192, 6144x7168x256 34.0 / 34.7 vs 36.2 / 36.2, 6144x7168x2304

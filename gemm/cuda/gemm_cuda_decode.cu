@@ -2,7 +2,7 @@
 // GEMM is a stream of w through the SMs. Operands swapped so that w's rows fill wgmma's M of 64: each CTA
 // computes a 64 (w rows = output columns) x MP (activation rows, M rounded up to 8, 16, 32 or 64) block
 // of out^T over one K slice, as 4 x wgmma m64nMPk32 per K block (both operands K-major in shared memory,
-// TMA-loaded into an 8-stage mbarrier ring by one producer warp), promoted every K block into fp32
+// TMA-loaded into a 6-8 stage mbarrier ring by one producer warp; 96 KB or less, so that two CTAs share an SM), promoted every K block into fp32
 // registers with w_scale (one value per K block: a 64-row tile lies in one 128-row block) times x_scale
 // (one per column). The grid is (w row tiles, K slices): K slices give a weight stream enough CTAs to
 // fill the SMs; each slice writes fp32 partials that gemm_cuda_reduce.cu sums, or bf16 directly when
@@ -27,7 +27,6 @@ using namespace sm90;
 
 constexpr int kBlockK = 128;
 constexpr int kRows = 64;  // w rows per CTA: wgmma's M
-constexpr int kStages = 8;
 constexpr int kThreads = 160;  // one consumer warpgroup (warps 0-3) and the producer warp (4)
 
 template <int MP>
@@ -54,7 +53,9 @@ struct DecodeLayout {
   static constexpr int kBytesW = kRows * kBlockK;
   static constexpr int kBytesX = MP * kBlockK;  // a whole number of 1024-byte swizzle atoms (MP >= 8)
   static constexpr int kStage = kBytesW + kBytesX;
+  static constexpr int kStages = MP == 64 ? 6 : 8;
   static constexpr int kSmem = 1024 + kStages * kStage + 2 * kStages * 8;  // + slack to align the base
+  static_assert(2 * kSmem <= 232448, "two CTAs per SM");
 };
 
 // d: bf16 out (M x ldd) when kslices == 1, else fp32 partials, slice s at d + s * M * ldd.
@@ -67,15 +68,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   using L = DecodeLayout<MP>;
   extern __shared__ uint8_t smem_raw[];
   uint32_t const base = (smem_addr(smem_raw) + 1023) & ~1023u;
-  uint32_t const full_bar = base + kStages * L::kStage;
-  uint32_t const empty_bar = full_bar + 8 * kStages;
+  uint32_t const full_bar = base + L::kStages * L::kStage;
+  uint32_t const empty_bar = full_bar + 8 * L::kStages;
   int const kblocks = K / kBlockK;
   int const per_slice = kblocks / kslices;
   int const kb0 = static_cast<int>(blockIdx.y) * per_slice;
   int const n0 = static_cast<int>(blockIdx.x) * kRows;
 
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
+    for (int s = 0; s < L::kStages; ++s) {
       bar_init(full_bar + 8 * s, 1);
       bar_init(empty_bar + 8 * s, 4);  // lane 0 of each consumer warp
     }
@@ -91,8 +92,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       asm volatile("prefetch.tensormap [%0];" ::"l"(&map_w) : "memory");
       asm volatile("prefetch.tensormap [%0];" ::"l"(&map_x) : "memory");
       for (int i = 0; i < per_slice; ++i) {
-        int const s = i % kStages;
-        bar_wait(empty_bar + 8 * s, ((i / kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
+        int const s = i % L::kStages;
+        bar_wait(empty_bar + 8 * s, ((i / L::kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
         bar_expect_tx(full_bar + 8 * s, L::kStage);
         tma_load(&map_w, full_bar + 8 * s, base + s * L::kStage, (kb0 + i) * kBlockK, n0);
         tma_load(&map_x, full_bar + 8 * s, base + s * L::kStage + L::kBytesW, (kb0 + i) * kBlockK, 0);
@@ -119,9 +120,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t const desc_w0 = kmajor_sw128_desc(base);
   uint64_t const desc_x0 = kmajor_sw128_desc(base + L::kBytesW);
   for (int i = 0; i < per_slice; ++i) {
-    int const s = i % kStages;
+    int const s = i % L::kStages;
     int const kb = kb0 + i;
-    bar_wait(full_bar + 8 * s, (i / kStages) & 1);
+    bar_wait(full_bar + 8 * s, (i / L::kStages) & 1);
     fence_all<MP>(acc);
     cute::warpgroup_arrive();
     uint64_t const dw = desc_w0 + static_cast<uint64_t>(s * (L::kStage >> 4));

@@ -182,6 +182,20 @@ def test_hand_written_wgmma_batches_stay_asynchronous(compiled):
     assert "C7514" not in log, [line for line in log.splitlines() if "C7514" in line]
 
 
+def test_decode_kernels_compile_for_each_row_count(compiled):
+    """gemm_cuda_decode.cu: one instantiation per padded row count (wgmma N of 8, 16, 32, 64), sm_90a code with
+    its wgmma loop (a guarded-out body would need a handful of registers), no spills."""
+    rc, log = compiled["gemm_cuda_decode.cu"]
+    assert rc == 0, f"nvcc failed on gemm_cuda_decode.cu:\n{log[-4000:]}"
+    ks = [k for k in _kernels(log) if "decode_gemm_kernel" in k["name"]]
+    assert sorted(tag for k in ks for tag in ("ILi8E", "ILi16E", "ILi32E", "ILi64E") if tag in k["name"]) == sorted(
+        ("ILi8E", "ILi16E", "ILi32E", "ILi64E")
+    ), ks
+    for k in ks:
+        assert k["arch"] == "sm_90a" and k["regs"] is not None and k["regs"] >= 24 and k["spill"] == 0, k
+    assert "C7514" not in log
+
+
 def test_seed_transpose_kernels_do_not_spill(compiled):
     rc, log = compiled["gemm_cuda_prep.cu"]
     assert rc == 0
@@ -214,6 +228,7 @@ def test_seed_gemm_launches_early_but_reads_after_the_preparation(ptx):
         assert "kernel_after_previous_grid" not in ptx[source], source
     launched = {name: "kernel_after_previous_grid" for name in cfgs if name not in clustered}
     launched["gemm_cuda_wgmma.cu"] = "wgmma_gemm_kernel"
+    launched["gemm_cuda_decode.cu"] = "decode_gemm_kernel"
     for source, marker in launched.items():
         kernels = {n: b for n, b in _entries(ptx[source]).items() if marker in n}
         assert kernels, f"{source}: no {marker} kernel in the kept PTX"

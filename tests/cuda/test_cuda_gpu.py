@@ -30,10 +30,10 @@ SHAPES = [
     (1024, 512, 7168),  # K-sliced, 4 slices
     (512, 1024, 4096),  # K-sliced, 4 slices, shorter K
     (1024, 640, 4608),  # K-sliced, 2 slices
-    (1, 4096, 4096),  # a single row: 64-row tiles (32 tiles, not K-sliced at M <= 64)
+    (1, 4096, 4096),  # a single row: the decode kernel (M <= 64), 4 K slices
     (100, 4104, 4608),  # K-sliced, 33 tiles (4 slices fill 132 SMs exactly)
-    (64, 1536, 7168),  # decode-like: 12 tiles, 8 K slices
-    (3, 520, 7168),  # decode-like: 5 tiles, 14 K slices of 4 K blocks, N % 128 != 0
+    (64, 1536, 7168),  # decode kernel, 64 rows (wgmma N = 64), 7 K slices
+    (3, 520, 7168),  # decode kernel, 14 K slices of 4 K blocks, N % 64 != 0
     (300, 2001, 4096),  # K-sliced, 2 slices, N % 8 != 0 (padded w and output)
     (1024, 576, 7168),
     (6144, 7168, 256),  # hand-written 192x128 kernel (gemm_cuda_wgmma.cu): short K, many waves
@@ -45,7 +45,10 @@ SHAPES = [
     (2048, 2048, 1024),
     (6144, 512, 7168),  # hand-written 192x128 kernel (three consumer warpgroups): one full wave
     (5800, 512, 4096),  # 192x128, last M tile of 40 rows: two of its three warpgroups have no rows
-    (1, 4096, 1024),
+    (1, 4096, 1024),  # decode kernel, 2 K slices
+    (64, 4096, 2048),  # decode kernel, 64 rows, 4 K slices
+    (40, 1000, 1024),  # decode kernel, 40 of 64 rows, a partial last w tile, 2 K slices
+    (17, 2999, 512),  # decode kernel, one K slice, N % 8 != 0 (padded w and output)
     (8, 8, 128),
     (16, 24, 256),
     (100, 1001, 512),
