@@ -163,16 +163,18 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   int64_t const tiles = tile_count(128, 128);
   int64_t const kblocks = K / kBlock;
   Tuning t;
-  // Decode-like (M <= 64): the decode kernel (w's rows on wgmma's M, gemm_cuda_decode.cu), K cut into the
-  // fewest slices that give every SM a CTA, with at least 4 K blocks per slice and the fp32 partials
-  // (slices x M x N x 4 bytes) at most half of w's N x K bytes.
-  if (M <= 64) {
-    int64_t const tiles64 = (N + 63) / 64;
+  // Decode-like (M <= 64): the decode kernel (w's rows on wgmma's M, gemm_cuda_decode.cu); at K >= 4096 with
+  // K cut into the most slices that keep one CTA per SM and >= 4 K blocks per slice. Measured (run 43,
+  // tests/cuda/config_sweep.py, us; before -> after): 1x4608x7168 23.0 -> 18.8 (one slice), 3x520x7168
+  // 12.8 -> 10.2 (14), 64x512x7168 14.8 -> 12.0 (14), 1x1536x7168 16.3 -> 13.3 (4), 8x4096x512 8.3 -> 6.5,
+  // 64x64x128 10.3 -> 6.1; slicing lost at K < 4096 (64x3072x1536 10.1 in one slice, 11.9 in two) and
+  // where the tiles alone fill half the SMs. From 33 rows on, 64-row tiles stay ahead once w has more than
+  // 48 tiles of 64 rows (64x4608x7168 23.1 vs 23.8, 64x7168x2304 13.1 vs 13.8).
+  int64_t const tiles64 = (N + 63) / 64;
+  if (M <= 64 && !(M > 32 && tiles64 > 48)) {
     int slices = 1;
-    for (int64_t s = 2; tiles64 < kSms && s <= kblocks / 4 && s * 8 * M <= K; ++s) {
-      if (kblocks % s != 0) continue;
-      slices = static_cast<int>(s);
-      if (tiles64 * s >= kSms) break;
+    for (int64_t s = 2; K >= 4096 && tiles64 * s <= kSms && kblocks / s >= 4; ++s) {
+      if (kblocks % s == 0) slices = static_cast<int>(s);
     }
     t.cfg = kDecodeConfig;
     t.kslices = slices;

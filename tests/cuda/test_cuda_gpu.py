@@ -30,9 +30,9 @@ SHAPES = [
     (1024, 512, 7168),  # K-sliced, 4 slices
     (512, 1024, 4096),  # K-sliced, 4 slices, shorter K
     (1024, 640, 4608),  # K-sliced, 2 slices
-    (1, 4096, 4096),  # a single row: the decode kernel (M <= 64), 4 K slices
+    (1, 4096, 4096),  # a single row: the decode kernel (M <= 64), 2 K slices
     (100, 4104, 4608),  # K-sliced, 33 tiles (4 slices fill 132 SMs exactly)
-    (64, 1536, 7168),  # decode kernel, 64 rows (wgmma N = 64), 7 K slices
+    (64, 1536, 7168),  # decode kernel, 64 rows (wgmma N = 64), 4 K slices
     (3, 520, 7168),  # decode kernel, 14 K slices of 4 K blocks, N % 64 != 0
     (300, 2001, 4096),  # K-sliced, 2 slices, N % 8 != 0 (padded w and output)
     (1024, 576, 7168),
@@ -45,9 +45,10 @@ SHAPES = [
     (2048, 2048, 1024),
     (6144, 512, 7168),  # hand-written 192x128 kernel (three consumer warpgroups): one full wave
     (5800, 512, 4096),  # 192x128, last M tile of 40 rows: two of its three warpgroups have no rows
-    (1, 4096, 1024),  # decode kernel, 2 K slices
-    (64, 4096, 2048),  # decode kernel, 64 rows, 4 K slices
-    (40, 1000, 1024),  # decode kernel, 40 of 64 rows, a partial last w tile, 2 K slices
+    (1, 4096, 1024),  # decode kernel, one K slice
+    (32, 4096, 4096),  # decode kernel, 32 rows, 2 K slices
+    (64, 4096, 2048),  # 64 rows against 64 w tiles: 64-row tiles, not the decode kernel
+    (40, 1000, 1024),  # decode kernel, 40 of 64 rows, a partial last w tile
     (17, 2999, 512),  # decode kernel, one K slice, N % 8 != 0 (padded w and output)
     (8, 8, 128),
     (16, 24, 256),
