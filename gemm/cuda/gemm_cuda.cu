@@ -28,7 +28,8 @@ namespace gemm_cuda {
 namespace {
 
 constexpr int64_t kBlock = 128;
-// The configuration that writes fp32 partials per K slice (gemm_cuda_cfg5.cu); the others write bf16.
+// The configuration that writes fp32 partials per K slice (gemm_cuda_cfg5.cu); the others write bf16,
+// except the decode configuration in more than one K slice.
 constexpr int kKSliceConfig = 5;
 // The hand-written wgmma kernel with 128x128 tiles, 128x192 ones and 192x128 ones (gemm_cuda_wgmma.cu).
 constexpr int kSquare128Config = 6;
@@ -87,6 +88,7 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
   if (tuning.cfg < 0) tuning = pick_tuning(M, N, K);
   int const cfg = tuning.cfg;
   TORCH_CHECK(cfg < kNumConfigs, "gemm (cuda): no configuration ", cfg);
+  TORCH_CHECK(cfg != kDecodeConfig || M <= 64, "gemm (cuda): the decode configuration takes M <= 64, got M=", M);
   // fp32 partials per K slice: always for the K-sliced configuration, for the decode one from 2 slices.
   bool const sliced = cfg == kKSliceConfig || (cfg == kDecodeConfig && tuning.kslices > 1);
   int const slices = sliced ? tuning.kslices : 1;
@@ -168,8 +170,8 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   // tests/cuda/config_sweep.py, us; before -> after): 1x4608x7168 23.0 -> 18.8 (one slice), 3x520x7168
   // 12.8 -> 10.2 (14), 64x512x7168 14.8 -> 12.0 (14), 1x1536x7168 16.3 -> 13.3 (4), 8x4096x512 8.3 -> 6.5,
   // 64x64x128 10.3 -> 6.1; slicing lost at K < 4096 (64x3072x1536 10.1 in one slice, 11.9 in two) and
-  // where the tiles alone fill half the SMs. From 33 rows on, 64-row tiles stay ahead once w has more than
-  // 48 tiles of 64 rows (64x4608x7168 23.1 vs 23.8, 64x7168x2304 13.1 vs 13.8).
+  // where the tiles alone fill half the SMs. From 33 rows on, once w has more than 48 tiles of 64 rows,
+  // the rules below stay ahead (64-row tiles: 64x4608x7168 23.1 vs 23.8, 64x7168x2304 13.1 vs 13.8).
   int64_t const tiles64 = (N + 63) / 64;
   if (M <= 64 && !(M > 32 && tiles64 > 48)) {
     int slices = 1;
@@ -224,9 +226,9 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   }
   // Decode-like: a few tiles (a handful of rows against a deep weight) would stream all of K through a
   // few SMs. Cut K into as many slices as the SMs take, each of at least 4 K blocks; the fp32 partials
-  // are small at these sizes. Run 34 (64-row tiles -> this): 64x1536x7168 21.6 -> 16.6 us (torch 18.8),
-  // 128x512x7168 21.3 -> 14.1 (19.3), 1024x256x7168 21.7 -> 15.4 (25.5); at K = 2048 it lost
-  // (64x3072x2048 13.6 vs 11.7).
+  // are small at these sizes. Run 34 (64-row tiles -> this): 128x512x7168 21.3 -> 14.1 us (torch 19.3),
+  // 1024x256x7168 21.7 -> 15.4 (25.5), and 64x1536x7168 21.6 -> 16.6 before the decode rule above took
+  // it; at K = 2048 it lost (64x3072x2048 13.6 vs 11.7).
   if (K >= 4096 && tiles < 32) {
     int slices = 1;
     for (int64_t s = 2; s * tiles <= kSms && kblocks / s >= 4; ++s) {

@@ -15,7 +15,7 @@ struct Tuning {
   int raster = 0;
   int swizzle = 1;
   int splits = 1;
-  int kslices = 1;  // K slices of the fp32-partials configuration (used only with that configuration)
+  int kslices = 1;  // K slices of the K-sliced and the decode configurations (ignored by the others)
   // Seed layout: the GEMM launches as a programmatic dependent of the preparation (GemmArgs::pdl); false
   // only to measure what that saves (tests/cuda/config_sweep.py variant `spicknopdl`).
   bool pdl = true;

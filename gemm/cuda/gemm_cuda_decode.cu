@@ -2,7 +2,7 @@
 // GEMM is a stream of w through the SMs. Operands swapped so that w's rows fill wgmma's M of 64: each CTA
 // computes a 64 (w rows = output columns) x MP (activation rows, M rounded up to 8, 16, 32 or 64) block
 // of out^T over one K slice, as 4 x wgmma m64nMPk32 per K block (both operands K-major in shared memory,
-// TMA-loaded into a 6-8 stage mbarrier ring by one producer warp; 96 KB or less, so that two CTAs share an SM), promoted every K block into fp32
+// TMA-loaded into a 6-8 stage mbarrier ring by one producer warp; under 100 KB, so that two CTAs share an SM), promoted every K block into fp32
 // registers with w_scale (one value per K block: a 64-row tile lies in one 128-row block) times x_scale
 // (one per column). The grid is (w row tiles, K slices): K slices give a weight stream enough CTAs to
 // fill the SMs; each slice writes fp32 partials that gemm_cuda_reduce.cu sums, or bf16 directly when
@@ -25,28 +25,8 @@ namespace gemm_cuda {
 namespace {
 using namespace sm90;
 
-constexpr int kBlockK = 128;
 constexpr int kRows = 64;  // w rows per CTA: wgmma's M
 constexpr int kThreads = 160;  // one consumer warpgroup (warps 0-3) and the producer warp (4)
-
-template <int MP>
-struct DecodeMma;
-template <>
-struct DecodeMma<8> {
-  using Op = cute::SM90::GMMA::MMA_64x8x32_F32E4M3E4M3_SS_TN<>;
-};
-template <>
-struct DecodeMma<16> {
-  using Op = cute::SM90::GMMA::MMA_64x16x32_F32E4M3E4M3_SS_TN<>;
-};
-template <>
-struct DecodeMma<32> {
-  using Op = cute::SM90::GMMA::MMA_64x32x32_F32E4M3E4M3_SS_TN<>;
-};
-template <>
-struct DecodeMma<64> {
-  using Op = cute::SM90::GMMA::MMA_64x64x32_F32E4M3E4M3_SS_TN<>;
-};
 
 template <int MP>
 struct DecodeLayout {
@@ -55,12 +35,12 @@ struct DecodeLayout {
   static constexpr int kStage = kBytesW + kBytesX;
   static constexpr int kStages = MP == 64 ? 6 : 8;
   static constexpr int kSmem = 1024 + kStages * kStage + 2 * kStages * 8;  // + slack to align the base
-  static_assert(2 * kSmem <= 232448, "two CTAs per SM");
+  static_assert(2 * (kSmem + 1024) <= 233472, "two CTAs per SM (each also reserves 1 KB)");
 };
 
 // d: bf16 out (M x ldd) when kslices == 1, else fp32 partials, slice s at d + s * M * ldd.
 template <int MP>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, 2)
     decode_gemm_kernel(__grid_constant__ CUtensorMap const map_w, __grid_constant__ CUtensorMap const map_x,
                        float const *__restrict__ sx, float const *__restrict__ sw, void *__restrict__ d,
                        int64_t ldd, int M, int N, int K, int kslices) {
@@ -105,8 +85,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Consumer warpgroup. Scales: the tile's w_scale row, and x_scale rows of this thread's MP/4 columns
   // (rows past M clamped: their outputs are not stored).
   int const t = threadIdx.x;
-  int const nblocks = (N + 127) / 128;
-  float const *const swp = sw + static_cast<int64_t>(min(n0 / 128, nblocks - 1)) * kblocks;
+  // n0 < N, and rounding N up to a multiple of 8 adds no 128-row block: w_scale has this tile's row.
+  float const *const swp = sw + static_cast<int64_t>(n0 / 128) * kblocks;
   float const *sxp[MP / 4];
 #pragma unroll
   for (int q = 0; q < MP / 4; ++q) {
@@ -123,15 +103,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     int const s = i % L::kStages;
     int const kb = kb0 + i;
     bar_wait(full_bar + 8 * s, (i / L::kStages) & 1);
-    fence_all<MP>(acc);
-    cute::warpgroup_arrive();
-    uint64_t const dw = desc_w0 + static_cast<uint64_t>(s * (L::kStage >> 4));
-    uint64_t const dx = desc_x0 + static_cast<uint64_t>(s * (L::kStage >> 4));
-#pragma unroll
-    for (int k = 0; k < kBlockK / 32; ++k) {
-      mma<typename DecodeMma<MP>::Op>(dw + 2 * k, dx + 2 * k, acc, k > 0, std::make_integer_sequence<int, MP / 2>{});
-    }
-    cute::warpgroup_commit_batch();
+    issue_batch<MP>(acc, desc_w0 + static_cast<uint64_t>(s * (L::kStage >> 4)),
+                    desc_x0 + static_cast<uint64_t>(s * (L::kStage >> 4)));
     float const ws = __ldg(swp + kb);  // the scales' loads run under the batch
     float scale[MP / 4];
 #pragma unroll
@@ -145,8 +118,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int h = 0; h < 2; ++h) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          int const i = 4 * j + 2 * h + e;
-          out[i] = fmaf(acc[i], scale[2 * j + e], out[i]);
+          int const r = 4 * j + 2 * h + e;
+          out[r] = fmaf(acc[r], scale[2 * j + e], out[r]);
         }
       }
     }

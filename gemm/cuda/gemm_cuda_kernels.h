@@ -11,7 +11,8 @@
 namespace gemm_cuda {
 
 // D(M, N) bf16 (row stride ldd elements) = sum_kb sx[m, kb] * sw[n/128, kb] * x[m, kb-block] . w[n, kb-block]
-// (the K-sliced configuration writes kslices fp32 partials of D instead, slice s at d + s * M * ldd)
+// (the K-sliced configuration, and the decode one in more than one slice, write kslices fp32 partials of D
+// instead, slice s at d + s * M * ldd)
 // x (M, K) fp8 e4m3fn row-major, w (N, K) fp8 row-major, sx (M, K/128) f32, sw (ceil(N/128), K/128) f32.
 struct GemmArgs {
   void *d;
@@ -28,8 +29,8 @@ struct GemmArgs {
   int raster = 0;
   int swizzle = 1;
   int splits = 1;
-  // K cut into this many slices, run as one batched GEMM writing fp32 partials (K/128 divisible by it;
-  // only the fp32-output configuration, kKSliceConfig): more CTAs for shapes with few output tiles.
+  // K cut into this many slices, each writing fp32 partials (K/128 divisible by it; the K-sliced and the
+  // decode configurations only): more CTAs for shapes with few output tiles.
   int kslices = 1;
   // Launch as a programmatic dependent of the stream's previous kernel (the seed preparation): the GEMM is
   // launched as that kernel's blocks exit, without waiting for the whole grid's completion and memory

@@ -18,6 +18,36 @@
 namespace gemm_cuda {
 namespace sm90 {
 
+constexpr int kBlockK = 128;  // one scale block of K = one 128-byte swizzle row of FP8
+
+// wgmma m64nNk32 with FP8 (e4m3) operands, both K-major in shared memory, fp32 accumulators.
+template <int N>
+struct GmmaOp;
+template <>
+struct GmmaOp<8> {
+  using Op = cute::SM90::GMMA::MMA_64x8x32_F32E4M3E4M3_SS_TN<>;
+};
+template <>
+struct GmmaOp<16> {
+  using Op = cute::SM90::GMMA::MMA_64x16x32_F32E4M3E4M3_SS_TN<>;
+};
+template <>
+struct GmmaOp<32> {
+  using Op = cute::SM90::GMMA::MMA_64x32x32_F32E4M3E4M3_SS_TN<>;
+};
+template <>
+struct GmmaOp<64> {
+  using Op = cute::SM90::GMMA::MMA_64x64x32_F32E4M3E4M3_SS_TN<>;
+};
+template <>
+struct GmmaOp<128> {
+  using Op = cute::SM90::GMMA::MMA_64x128x32_F32E4M3E4M3_SS_TN<>;
+};
+template <>
+struct GmmaOp<192> {
+  using Op = cute::SM90::GMMA::MMA_64x192x32_F32E4M3E4M3_SS_TN<>;
+};
+
 #ifdef GEMM_WGMMA_DEVICE
 __device__ __forceinline__ uint32_t smem_addr(void const *p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -98,6 +128,19 @@ template <int N>
 __device__ __forceinline__ void fence_all(float *acc) {
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) cute::warpgroup_fence_operand(acc[i]);
+}
+
+// One K block's wgmma batch into `acc` (N/2 registers): 4 x m64nNk32, 32 bytes of K each (+2 in the
+// descriptors' address field), committed as one group.
+template <int N>
+__device__ __forceinline__ void issue_batch(float *acc, uint64_t da, uint64_t db) {
+  fence_all<N>(acc);
+  cute::warpgroup_arrive();
+#pragma unroll
+  for (int k = 0; k < kBlockK / 32; ++k) {
+    mma<typename GmmaOp<N>::Op>(da + 2 * k, db + 2 * k, acc, k > 0, std::make_integer_sequence<int, N / 2>{});
+  }
+  cute::warpgroup_commit_batch();
 }
 #endif  // GEMM_WGMMA_DEVICE
 

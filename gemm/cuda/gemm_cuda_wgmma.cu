@@ -31,7 +31,6 @@ namespace gemm_cuda {
 namespace {
 using namespace sm90;
 
-constexpr int kBlockK = 128;  // one scale block of K = one 128-byte swizzle row of FP8
 constexpr int kSmemLimit = 232448;  // sm_90 opt-in dynamic shared memory per block (227 KiB)
 
 // An M tile of 64 rows per consumer warpgroup (each issues m64 wgmma), BN columns.
@@ -59,35 +58,10 @@ struct Layout {
   static_assert(kStages >= 3, "pipeline depth");
 };
 
-template <int BN>
-struct Mma;
-template <>
-struct Mma<128> {
-  using Op = cute::SM90::GMMA::MMA_64x128x32_F32E4M3E4M3_SS_TN<>;
-};
-template <>
-struct Mma<192> {
-  using Op = cute::SM90::GMMA::MMA_64x192x32_F32E4M3E4M3_SS_TN<>;
-};
-
-
 // ---------------------------------------------------------------------------------------------
-// One K block's batch and its promotion (sm_90a; the PTX wrappers are in gemm_cuda_sm90.cuh)
+// The promotion (sm_90a; the PTX wrappers and the wgmma batch are in gemm_cuda_sm90.cuh)
 // ---------------------------------------------------------------------------------------------
 #ifdef GEMM_WGMMA_DEVICE
-// One K block's wgmma batch into `acc` (N/2 registers): 4 x m64nNk32, 32 bytes of K each (+2 in the
-// descriptors' address field), committed as one group.
-template <int N>
-__device__ __forceinline__ void issue_batch(float *acc, uint64_t da, uint64_t db) {
-  fence_all<N>(acc);
-  cute::warpgroup_arrive();
-#pragma unroll
-  for (int k = 0; k < kBlockK / 32; ++k) {
-    mma<typename Mma<N>::Op>(da + 2 * k, db + 2 * k, acc, k > 0, std::make_integer_sequence<int, N / 2>{});
-  }
-  cute::warpgroup_commit_batch();
-}
-
 // out += acc * scale: the scale of row h (0: row r, 1: row r + 8) and of the column's w_scale block
 // (8-column groups j < JB of the tile are in its first block).
 template <int NJ, int JB>

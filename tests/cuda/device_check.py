@@ -176,7 +176,8 @@ def correctness(mod, log, extra: bool = True) -> dict:
         x, w, xs, ws = make_inputs(m, n, k, gen)
         ref, terms = reference(x, w, xs, ws), magnitude(x, w, xs, ws)
         a, b, sa, sb = to_seed(x, w, xs, ws)
-        cfgs = [-1] + (list(range(ncfg)) if (m * n * k <= 2**33) else [])
+        # every configuration on shapes small enough; the decode one (9) takes M <= 64 only
+        cfgs = [-1] + ([c for c in range(ncfg) if c != 9 or m <= 64] if (m * n * k <= 2**33) else [])
         for layout in ("natural", "seed"):
             for cfg in cfgs:
                 out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)

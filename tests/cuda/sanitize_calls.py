@@ -24,8 +24,8 @@ import device_check as dc  # noqa: E402
 # (512, 1024, 4096): the K-sliced configuration (fp32 partials + summing pass); (1000, 2999, 512): the
 # hand-written 128x192 wgmma kernel with partial tiles; (5800, 512, 4096): its 192x128 form (three
 # consumer warpgroups), whose last M tile leaves two of them without rows; (1000, 2056, 384): its 128x128
-# form with partial M and N tiles; (64, 576, 256) and (3, 520, 7168): the decode kernel (M <= 64), in one K
-# slice and in 14.
+# form with partial M and N tiles; (64, 576, 256), (3, 520, 7168) and (1, 4096, 4096): the decode kernel
+# (M <= 64), in one K slice, in 14, and in 2 slices of 16 K blocks (past its 8-stage ring).
 SHAPES = [
     (64, 576, 256),
     (512, 1024, 4096),
@@ -33,6 +33,7 @@ SHAPES = [
     (5800, 512, 4096),
     (1000, 2056, 384),
     (3, 520, 7168),
+    (1, 4096, 4096),
     (200, 300, 640),
     (96, 1024, 256),
     (256, 512, 384),

@@ -184,7 +184,8 @@ def test_hand_written_wgmma_batches_stay_asynchronous(compiled):
 
 def test_decode_kernels_compile_for_each_row_count(compiled):
     """gemm_cuda_decode.cu: one instantiation per padded row count (wgmma N of 8, 16, 32, 64), sm_90a code with
-    its wgmma loop (a guarded-out body would need a handful of registers), no spills."""
+    its wgmma loop (a guarded-out body would need a handful of registers), registers for two CTAs of 160
+    threads per SM, no spills."""
     rc, log = compiled["gemm_cuda_decode.cu"]
     assert rc == 0, f"nvcc failed on gemm_cuda_decode.cu:\n{log[-4000:]}"
     ks = [k for k in _kernels(log) if "decode_gemm_kernel" in k["name"]]
@@ -192,7 +193,7 @@ def test_decode_kernels_compile_for_each_row_count(compiled):
         ("ILi8E", "ILi16E", "ILi32E", "ILi64E")
     ), ks
     for k in ks:
-        assert k["arch"] == "sm_90a" and k["regs"] is not None and k["regs"] >= 24 and k["spill"] == 0, k
+        assert k["arch"] == "sm_90a" and k["regs"] is not None and 24 <= k["regs"] <= 204 and k["spill"] == 0, k
     assert "C7514" not in log
 
 
