@@ -157,6 +157,16 @@ static double wave_fill(int64_t tiles, int64_t sms) {
   return waves == 0 ? 0.0 : static_cast<double>(tiles) / static_cast<double>(waves * sms);
 }
 
+// The most K slices (dividing the kblocks K blocks) that keep tiles x slices CTAs within `sms` and at
+// least 4 K blocks in each slice; 1 when no cut does.
+static int max_kslices(int64_t tiles, int64_t kblocks, int64_t sms) {
+  int slices = 1;
+  for (int64_t s = 2; s * tiles <= sms && kblocks / s >= 4; ++s) {
+    if (kblocks % s == 0) slices = static_cast<int>(s);
+  }
+  return slices;
+}
+
 // Measured on one H200 (NOTES.md, run 2): every configuration and scheduler variant on the 18 challenge
 // shapes and 8192^3; these rules reproduce the per-shape winners (or a variant within ~3% of it).
 Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
@@ -174,12 +184,8 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   // the rules below stay ahead (64-row tiles: 64x4608x7168 23.1 vs 23.8, 64x7168x2304 13.1 vs 13.8).
   int64_t const tiles64 = (N + 63) / 64;
   if (M <= 64 && !(M > 32 && tiles64 > 48)) {
-    int slices = 1;
-    for (int64_t s = 2; K >= 4096 && tiles64 * s <= kSms && kblocks / s >= 4; ++s) {
-      if (kblocks % s == 0) slices = static_cast<int>(s);
-    }
     t.cfg = kDecodeConfig;
-    t.kslices = slices;
+    t.kslices = K >= 4096 ? max_kslices(tiles64, kblocks, kSms) : 1;
     return t;
   }
   // Short K over at least four waves: the hand-written 192x128 kernel (three consumer warpgroups, whose
@@ -230,10 +236,7 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   // 1024x256x7168 21.7 -> 15.4 (25.5), and 64x1536x7168 21.6 -> 16.6 before the decode rule above took
   // it; at K = 2048 it lost (64x3072x2048 13.6 vs 11.7).
   if (K >= 4096 && tiles < 32) {
-    int slices = 1;
-    for (int64_t s = 2; s * tiles <= kSms && kblocks / s >= 4; ++s) {
-      if (kblocks % s == 0) slices = static_cast<int>(s);
-    }
+    int const slices = max_kslices(tiles, kblocks, kSms);
     if (slices > 1) {
       t.cfg = kKSliceConfig;
       t.kslices = slices;

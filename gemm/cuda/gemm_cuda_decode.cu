@@ -13,8 +13,6 @@
 
 #include <cuda_bf16.h>
 
-#include <cute/arch/mma_sm90_gmma.hpp>
-
 #include <cstdint>
 #include <utility>
 
@@ -55,15 +53,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   int const kb0 = static_cast<int>(blockIdx.y) * per_slice;
   int const n0 = static_cast<int>(blockIdx.x) * kRows;
 
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < L::kStages; ++s) {
-      bar_init(full_bar + 8 * s, 1);
-      bar_init(empty_bar + 8 * s, 4);  // lane 0 of each consumer warp
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-  asm volatile("griddepcontrol.wait;" ::: "memory");  // a no-op unless launched as a dependent
+  init_stage_ring(full_bar, L::kStages, 4);
 
   int const warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 32), 0);
   int const lane = threadIdx.x % 32;

@@ -6,7 +6,7 @@
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
-#include <cute/arch/mma_sm90_gmma.hpp>
+#include <cute/arch/mma_sm90.hpp>  // ss_op_selector (and the wgmma ops it picks)
 
 #include <cstdint>
 #include <utility>
@@ -20,33 +20,11 @@ namespace sm90 {
 
 constexpr int kBlockK = 128;  // one scale block of K = one 128-byte swizzle row of FP8
 
-// wgmma m64nNk32 with FP8 (e4m3) operands, both K-major in shared memory, fp32 accumulators.
+// wgmma m64nNk32 with FP8 (e4m3) operands, both K-major in shared memory, fp32 accumulators: cute's own
+// selector for a 64 x N x 32 tile.
 template <int N>
-struct GmmaOp;
-template <>
-struct GmmaOp<8> {
-  using Op = cute::SM90::GMMA::MMA_64x8x32_F32E4M3E4M3_SS_TN<>;
-};
-template <>
-struct GmmaOp<16> {
-  using Op = cute::SM90::GMMA::MMA_64x16x32_F32E4M3E4M3_SS_TN<>;
-};
-template <>
-struct GmmaOp<32> {
-  using Op = cute::SM90::GMMA::MMA_64x32x32_F32E4M3E4M3_SS_TN<>;
-};
-template <>
-struct GmmaOp<64> {
-  using Op = cute::SM90::GMMA::MMA_64x64x32_F32E4M3E4M3_SS_TN<>;
-};
-template <>
-struct GmmaOp<128> {
-  using Op = cute::SM90::GMMA::MMA_64x128x32_F32E4M3E4M3_SS_TN<>;
-};
-template <>
-struct GmmaOp<192> {
-  using Op = cute::SM90::GMMA::MMA_64x192x32_F32E4M3E4M3_SS_TN<>;
-};
+using GmmaOp = decltype(cute::SM90::GMMA::ss_op_selector<cute::float_e4m3_t, cute::float_e4m3_t, float,
+                                                         cute::Shape<cute::_64, cute::Int<N>, cute::_32>>());
 
 #ifdef GEMM_WGMMA_DEVICE
 __device__ __forceinline__ uint32_t smem_addr(void const *p) {
@@ -109,6 +87,22 @@ __device__ __forceinline__ void named_sync(int id) {
   asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
 }
 
+// The stage ring's mbarriers, by thread 0: `stages` full barriers at full_bar (each completes on its
+// stage's TMA bytes) followed by as many empty ones (each completes on lane 0 of `consumer_warps` warps);
+// then the whole block syncs and, when launched as a programmatic dependent (GemmArgs::pdl), waits for
+// the previous kernel (a no-op otherwise): the set-up overlapped it, nothing global is read before.
+__device__ __forceinline__ void init_stage_ring(uint32_t full_bar, int stages, uint32_t consumer_warps) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      bar_init(full_bar + 8 * s, 1);
+      bar_init(full_bar + 8 * (stages + s), consumer_warps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
 // Shared-memory matrix descriptor of a K-major tile stored with 128-byte swizzle (rows of 128 bytes,
 // 8-row / 1024-byte swizzle atoms): start address, stride between 8-row groups 1024 B, swizzle mode 1.
 __device__ __forceinline__ uint64_t kmajor_sw128_desc(uint32_t addr) {
@@ -138,7 +132,7 @@ __device__ __forceinline__ void issue_batch(float *acc, uint64_t da, uint64_t db
   cute::warpgroup_arrive();
 #pragma unroll
   for (int k = 0; k < kBlockK / 32; ++k) {
-    mma<typename GmmaOp<N>::Op>(da + 2 * k, db + 2 * k, acc, k > 0, std::make_integer_sequence<int, N / 2>{});
+    mma<GmmaOp<N>>(da + 2 * k, db + 2 * k, acc, k > 0, std::make_integer_sequence<int, N / 2>{});
   }
   cute::warpgroup_commit_batch();
 }

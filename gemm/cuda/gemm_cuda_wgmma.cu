@@ -19,8 +19,6 @@
 
 #include <cuda_bf16.h>
 
-#include <cute/arch/mma_sm90_gmma.hpp>
-
 #include <cstdint>
 #include <utility>
 
@@ -123,17 +121,7 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   int const kblocks = K / kBlockK;
   int const tiles = sched.count();
 
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < L::kStages; ++s) {
-      bar_init(full_bar + 8 * s, 1);
-      bar_init(empty_bar + 8 * s, 4 * kConsumers);  // lane 0 of each consumer warp
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-  // Launched as a programmatic dependent (GemmArgs::pdl): the set-up above overlapped the previous
-  // kernel; nothing reads x, w or the scales before that kernel has finished. A no-op otherwise.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  init_stage_ring(full_bar, L::kStages, 4 * kConsumers);
 
   // Warp-uniform as far as ptxas can tell (a broadcast lane), so that what derives from it (the
   // warpgroup's shared-memory descriptors) lives in uniform registers that wgmma reads directly.
