@@ -25,7 +25,9 @@ struct GemmArgs {
   int device;
   int sm_count;
   // Tile-scheduler knobs: raster 0 = CUTLASS heuristic, 1 = along M, 2 = along N; swizzle = max CTA
-  // swizzle (1, 2, 4, 8); splits > 1 forces split-K (stream-K configurations only; 1 = their heuristic).
+  // swizzle (1, 2, 4, 8); splits > 1 forces split-K in CUTLASS's stream-K configuration (1 = its
+  // heuristic) and, in the hand-written wgmma ones (6-8), cuts each tile past the last full wave of CTAs
+  // into up to `splits` K pieces summed in the kernel (a split tail; scratch from their workspace).
   int raster = 0;
   int swizzle = 1;
   int splits = 1;

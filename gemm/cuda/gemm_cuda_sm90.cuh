@@ -87,6 +87,22 @@ __device__ __forceinline__ void named_sync(int id) {
   asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
 }
 
+// named_sync that also returns whether `pred` held in any of the warpgroup's 128 threads.
+__device__ __forceinline__ bool named_sync_or(int id, bool pred) {
+  uint32_t any;
+  asm volatile(
+      "{\n"
+      ".reg .pred p, q;\n"
+      "setp.ne.u32 p, %1, 0;\n"
+      "bar.red.or.pred q, %2, 128, p;\n"
+      "selp.u32 %0, 1, 0, q;\n"
+      "}\n"
+      : "=r"(any)
+      : "r"(static_cast<uint32_t>(pred)), "r"(id)
+      : "memory");
+  return any != 0;
+}
+
 // The stage ring's mbarriers, by thread 0: `stages` full barriers at full_bar (each completes on its
 // stage's TMA bytes) followed by as many empty ones (each completes on lane 0 of `consumer_warps` warps);
 // then the whole block syncs and, when launched as a programmatic dependent (GemmArgs::pdl), waits for

@@ -19,6 +19,7 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 
@@ -85,13 +86,66 @@ __device__ __forceinline__ void promote_cols(bool split_at_64, float *out, float
     promote<NJ, 16>(out, acc, a0 * b0, a0 * b1, a1 * b0, a1 * b1);
   }
 }
+
+// A piece of a split tile: this warpgroup's fp32 block `out` (NR registers per thread) goes to its slot
+// of `partials` (slots of 128 x NR floats, stored in register order so that each warp writes 512
+// contiguous bytes per float4), then is counted on the warpgroup's counter. The warpgroup whose piece
+// arrives last sums every piece's slot, its own included, into `out` in piece order (so the bits do not
+// depend on which arrives last) and returns true: it writes the tile. The others return false. Nothing
+// waits for another CTA: no CTA depends on one that may not be resident yet.
+template <int NR>
+__device__ __forceinline__ bool split_fixup(float *out, float *partials, unsigned *counter, int piece, int pieces,
+                                            int64_t slot_stride, int barrier, int t128) {
+  float4 *const mine = reinterpret_cast<float4 *>(partials + piece * slot_stride) + t128;
+#pragma unroll
+  for (int q = 0; q < NR / 4; ++q) {
+    __stcg(mine + 128 * q, make_float4(out[4 * q], out[4 * q + 1], out[4 * q + 2], out[4 * q + 3]));
+  }
+  __threadfence();  // the block is visible device-wide before it is counted
+  named_sync(barrier);
+  bool last = false;
+  if (t128 == 0) last = atomicAdd(counter, 1u) == static_cast<unsigned>(pieces - 1);
+  // Broadcast from lane 0 although every lane has the same answer: ptxas then knows the branch is
+  // warp-uniform, and the consumer loop keeps its descriptors in uniform registers (without it, 12-20 %
+  // slower on every shape: run 45).
+  if (!__shfl_sync(0xffffffffu, named_sync_or(barrier, last), 0)) return false;
+  __threadfence();  // and every other piece's block is visible here
+#pragma unroll
+  for (int i = 0; i < NR; ++i) out[i] = 0.f;
+  for (int j = 0; j < pieces; ++j) {
+    float4 const *const block = reinterpret_cast<float4 const *>(partials + j * slot_stride) + t128;
+#pragma unroll
+    for (int q = 0; q < NR / 4; ++q) {
+      float4 const v = __ldcg(block + 128 * q);
+      out[4 * q] += v.x, out[4 * q + 1] += v.y, out[4 * q + 2] += v.z, out[4 * q + 3] += v.w;
+    }
+  }
+  return true;
+}
 #endif  // GEMM_WGMMA_DEVICE
 
-// The persistent schedule: tile t -> (tile_m, tile_n), in groups of `group` tiles along M (or along N
-// when along_n) so that the CTAs in flight share operand tiles in L2.
+// The persistent schedule. Work units u = blockIdx.x, + gridDim.x, ...: the first dp_tiles units are
+// whole tiles; when the tiles leave a last wave partly empty, the tiles after dp_tiles (fewer than the
+// grid) are each cut into `pieces` K ranges, one unit each, so that the last wave fills the SMs (a split
+// tail, summed in the kernel: split_fixup). Tile t -> (tile_m, tile_n), in groups of `group` tiles along
+// M (or along N when along_n) so that the CTAs in flight share operand tiles in L2.
 struct Schedule {
   int tiles_m, tiles_n, group, along_n;
+  int kblocks;
+  int dp_tiles;  // == count() when no tile is split
+  int pieces;    // K ranges per split tile
   __host__ __device__ int count() const { return tiles_m * tiles_n; }
+  __host__ __device__ int units() const { return dp_tiles + (count() - dp_tiles) * pieces; }
+  // Unit u: tile t, K blocks [kb0, kb1); piece >= 0 for a piece of a split tile (-1: a whole tile).
+  __device__ void unit(int u, int &t, int &kb0, int &kb1, int &piece) const {
+    if (u < dp_tiles) {
+      t = u, kb0 = 0, kb1 = kblocks, piece = -1;
+      return;
+    }
+    int const v = u - dp_tiles;
+    t = dp_tiles + v / pieces, piece = v % pieces;
+    kb0 = piece * kblocks / pieces, kb1 = (piece + 1) * kblocks / pieces;
+  }
   __device__ void tile(int t, int &tm, int &tn) const {
     int const major = along_n ? tiles_n : tiles_m, minor = along_n ? tiles_m : tiles_n;
     int const per_group = group * minor;
@@ -108,7 +162,8 @@ template <int BN, int kConsumers>
 __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
     wgmma_gemm_kernel(__grid_constant__ CUtensorMap const map_x, __grid_constant__ CUtensorMap const map_w,
                       __grid_constant__ CUtensorMap const map_d, float const *__restrict__ sx,
-                      float const *__restrict__ sw, int M, int N, int K, Schedule sched) {
+                      float const *__restrict__ sw, int M, int N, int K, Schedule sched, float *partials,
+                      unsigned *counters) {
 #ifdef GEMM_WGMMA_DEVICE
   using L = Layout<BN, kConsumers>;
   constexpr int kBlockM = L::kBlockM;
@@ -118,8 +173,7 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   uint32_t const base = (smem_addr(smem_raw) + 1023) & ~1023u;
   uint32_t const full_bar = base + L::kOffBar;  // kStages barriers: the stage's TMA bytes arrived
   uint32_t const empty_bar = full_bar + 8 * L::kStages;  // kStages barriers: every consumer warp is done
-  int const kblocks = K / kBlockK;
-  int const tiles = sched.count();
+  int const units = sched.units();
 
   init_stage_ring(full_bar, L::kStages, 4 * kConsumers);
 
@@ -132,10 +186,11 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
       asm volatile("prefetch.tensormap [%0];" ::"l"(&map_x) : "memory");
       asm volatile("prefetch.tensormap [%0];" ::"l"(&map_w) : "memory");
       uint32_t it = 0;
-      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-        int tm, tn;
+      for (int u = blockIdx.x; u < units; u += gridDim.x) {
+        int t, kb0, kb1, piece, tm, tn;
+        sched.unit(u, t, kb0, kb1, piece);
         sched.tile(t, tm, tn);
-        for (int kb = 0; kb < kblocks; ++kb, ++it) {
+        for (int kb = kb0; kb < kb1; ++kb, ++it) {
           int const s = it % L::kStages;
           bar_wait(empty_bar + 8 * s, ((it / L::kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
           bar_expect_tx(full_bar + 8 * s, L::kBytesA + L::kBytesB);
@@ -159,12 +214,14 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   uint64_t const desc_a0 = kmajor_sw128_desc(base + cw * 64 * kBlockK);
   uint64_t const desc_b0 = kmajor_sw128_desc(base + L::kOffB);
   uint32_t it = 0;
-  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-    int tm, tn;
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    int t, kb0, kb1, piece, tm, tn;
+    sched.unit(u, t, kb0, kb1, piece);
     sched.tile(t, tm, tn);
     int const m0 = tm * kBlockM, n0 = tn * BN;
     int const row = m0 + 64 * cw + 16 * warp + lane / 4;  // and row + 8
     // Scale rows past M / blocks past N are clamped (their outputs are clipped by the TMA store).
+    int const kblocks = sched.kblocks;
     float const *sx0 = sx + static_cast<int64_t>(min(row, M - 1)) * kblocks;
     float const *sx1 = sx + static_cast<int64_t>(min(row + 8, M - 1)) * kblocks;
     float const *sw0 = sw + static_cast<int64_t>(min(n0 / 128, nblocks - 1)) * kblocks;
@@ -175,13 +232,13 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
 
     // Between one batch's promotion and the next batch's issue there is only the stage check: the next
     // K block's scales, stage and barrier probe are taken while the current batch runs.
-    float a0 = __ldg(sx0), a1 = __ldg(sx1), b0 = __ldg(sw0), b1 = __ldg(sw1);
+    float a0 = __ldg(sx0 + kb0), a1 = __ldg(sx1 + kb0), b0 = __ldg(sw0 + kb0), b1 = __ldg(sw1 + kb0);
     int s = it % L::kStages;
     bar_wait(full_bar + 8 * s, (it / L::kStages) & 1);
-    for (int kb = 0; kb < kblocks; ++kb) {
+    for (int kb = kb0; kb < kb1; ++kb) {
       issue_batch<BN>(acc, desc_a0 + static_cast<uint64_t>(s * (L::kBytesA >> 4)),
                       desc_b0 + static_cast<uint64_t>(s * (L::kBytesB >> 4)));
-      int const kn = min(kb + 1, kblocks - 1);  // the last K block reloads its own (unused)
+      int const kn = min(kb + 1, kb1 - 1);  // the last K block reloads its own (unused)
       float const na0 = __ldg(sx0 + kn), na1 = __ldg(sx1 + kn);
       float const nb0 = __ldg(sw0 + kn), nb1 = __ldg(sw1 + kn);
       ++it;
@@ -191,11 +248,21 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
       fence_all<BN>(acc);
       if (lane == 0) bar_arrive(empty_bar + 8 * s);  // the stage's operands are consumed
       // The next tile's first stage is waited for at that tile's start.
-      bool const next_ready = kb + 1 == kblocks || bar_test(full_bar + 8 * ns, nparity);
+      bool const next_ready = kb + 1 == kb1 || bar_test(full_bar + 8 * ns, nparity);
       promote_cols<BN / 8>(split_at_64, out, acc, a0, a1, b0, b1);
       if (!next_ready) bar_wait(full_bar + 8 * ns, nparity);
       a0 = na0, a1 = na1, b0 = nb0, b1 = nb1;
       s = ns;
+    }
+
+    if (piece >= 0) {  // slots: (split tile, piece, consumer warpgroup) blocks of 64 x BN floats
+      int64_t const slot_stride = int64_t{kConsumers} * 64 * BN;
+      int64_t const first = static_cast<int64_t>(t - sched.dp_tiles) * sched.pieces * slot_stride;
+      if (!split_fixup<BN / 2>(out, partials + first + cw * 64 * BN,
+                               counters + (t - sched.dp_tiles) * kConsumers + cw, piece, sched.pieces,
+                               slot_stride, 1 + cw, t128)) {
+        continue;
+      }
     }
 
     // Epilogue: this warpgroup's 64 x BN bf16 block, 64 columns per 128-byte-swizzled box.
@@ -230,12 +297,41 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
 // ---------------------------------------------------------------------------------------------
 // host side
 // ---------------------------------------------------------------------------------------------
+// The schedule for g: tiles of (64 kConsumers) x BN; with g.splits > 1, the tiles past the last full
+// wave of g.sm_count CTAs are each cut into up to g.splits K ranges (as many as keep one unit per CTA
+// and at least one K block per range).
 template <int BN, int kConsumers>
-int run_wgmma(GemmArgs const &g, void *, cudaStream_t stream) {
+Schedule make_schedule(GemmArgs const &g) {
+  constexpr int kBlockM = Layout<BN, kConsumers>::kBlockM;
+  Schedule sched{(g.M + kBlockM - 1) / kBlockM, (g.N + BN - 1) / BN, g.swizzle > 1 ? g.swizzle : 8,
+                 g.raster == 2 ? 1 : 0, g.K / kBlockK, 0, 1};
+  int const tiles = sched.count(), rest = tiles % g.sm_count;
+  int const pieces = rest == 0 ? 1 : std::min({g.splits, g.sm_count / rest, sched.kblocks});
+  sched.dp_tiles = pieces > 1 ? tiles - rest : tiles;
+  sched.pieces = pieces;
+  return sched;
+}
+
+// Scratch of a split tail: one fp32 block per piece, then one counter per split tile and warpgroup
+// (zeroed by run_wgmma before each launch).
+template <int BN, int kConsumers>
+size_t partials_bytes(Schedule const &sched) {
+  return static_cast<size_t>(sched.units() - sched.dp_tiles) * Layout<BN, kConsumers>::kBlockM * BN * sizeof(float);
+}
+
+template <int BN, int kConsumers>
+size_t workspace_wgmma(GemmArgs const &g) {
+  Schedule const sched = make_schedule<BN, kConsumers>(g);
+  if (sched.dp_tiles == sched.count()) return 0;
+  return partials_bytes<BN, kConsumers>(sched) + (sched.count() - sched.dp_tiles) * kConsumers * sizeof(unsigned);
+}
+
+template <int BN, int kConsumers>
+int run_wgmma(GemmArgs const &g, void *workspace, cudaStream_t stream) {
   using L = Layout<BN, kConsumers>;
   constexpr int kBlockM = L::kBlockM;
   // bf16 output only, K a whole number of blocks, TMA's 16-byte row strides and base addresses.
-  if (g.kslices != 1 || g.K % kBlockK != 0 || g.N % 8 != 0 || g.ldd % 8 != 0 ||
+  if (g.kslices != 1 || g.K % kBlockK != 0 || g.N % 8 != 0 || g.ldd % 8 != 0 || g.splits < 1 ||
       (reinterpret_cast<uintptr_t>(g.d) & 15) != 0) {
     return -static_cast<int>(cudaErrorInvalidValue);
   }
@@ -245,25 +341,35 @@ int run_wgmma(GemmArgs const &g, void *, cudaStream_t stream) {
       !encode(&map_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, g.d, g.M, g.N, g.ldd, 64, 64)) {
     return -static_cast<int>(cudaErrorInvalidValue);
   }
-  Schedule sched{(g.M + kBlockM - 1) / kBlockM, (g.N + BN - 1) / BN, g.swizzle > 1 ? g.swizzle : 8,
-                 g.raster == 2 ? 1 : 0};
-  int const grid = sched.count() < g.sm_count ? sched.count() : g.sm_count;
+  Schedule const sched = make_schedule<BN, kConsumers>(g);
+  float *partials = nullptr;
+  unsigned *counters = nullptr;
+  if (sched.dp_tiles < sched.count()) {
+    if (workspace == nullptr) return -static_cast<int>(cudaErrorInvalidValue);
+    partials = static_cast<float *>(workspace);
+    counters = reinterpret_cast<unsigned *>(static_cast<uint8_t *>(workspace) + partials_bytes<BN, kConsumers>(sched));
+    size_t const counter_bytes = (sched.count() - sched.dp_tiles) * kConsumers * sizeof(unsigned);
+    cudaError_t const err = cudaMemsetAsync(counters, 0, counter_bytes, stream);
+    if (err != cudaSuccess) return -static_cast<int>(err);
+  }
+  int const grid = std::min(sched.units(), g.sm_count);
   cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN, kConsumers>>(
-      grid, L::kThreads, L::kSmem, g.device, stream, g.pdl, map_x, map_w, map_d, g.sx, g.sw, g.M, g.N, g.K, sched);
+      grid, L::kThreads, L::kSmem, g.device, stream, g.pdl, map_x, map_w, map_d, g.sx, g.sw, g.M, g.N, g.K, sched,
+      partials, counters);
   return -static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
 
 }  // namespace
 
-size_t workspace_cfg6(GemmArgs const &) { return 0; }
+size_t workspace_cfg6(GemmArgs const &g) { return workspace_wgmma<128, 2>(g); }
 int run_cfg6(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 2>(g, ws, stream); }
 char const *const kNameCfg6 = "wgmma_128x128_persistent";
 
-size_t workspace_cfg7(GemmArgs const &) { return 0; }
+size_t workspace_cfg7(GemmArgs const &g) { return workspace_wgmma<192, 2>(g); }
 int run_cfg7(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<192, 2>(g, ws, stream); }
 char const *const kNameCfg7 = "wgmma_128x192_persistent";
 
-size_t workspace_cfg8(GemmArgs const &) { return 0; }
+size_t workspace_cfg8(GemmArgs const &g) { return workspace_wgmma<128, 3>(g); }
 int run_cfg8(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 3>(g, ws, stream); }
 char const *const kNameCfg8 = "wgmma_192x128_persistent";
 
