@@ -28,11 +28,11 @@ nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv > 
 rc=0
 # compute-sanitizer on the built variant: shapes 1, 6 and 7 take the decode kernel (one K slice, 14, and
 # 2 slices of 16 K blocks, round its stage ring twice), shape 2 the K-sliced path, shapes 3-5 the
-# hand-written kernel (128x192, 192x128 and 128x128 tiles).
+# hand-written kernel (128x192, 192x128 and 128x128 tiles), shape 8 its 128x128 form with a split tail.
 sanitize() {
   for tool in memcheck racecheck; do
     timeout 150 compute-sanitizer --tool $tool --error-exitcode 1 --print-limit 20 \
-      python3 tests/cuda/sanitize_calls.py --kernel-dir build --shapes 7 > "$OUT/sanitizer_$tool.log" 2>&1
+      python3 tests/cuda/sanitize_calls.py --kernel-dir build --shapes 8 > "$OUT/sanitizer_$tool.log" 2>&1
     st=$?; echo "sanitizer $tool exit=$st"; tail -n 3 "$OUT/sanitizer_$tool.log"; [ $st -eq 0 ] || rc=1
   done
 }

@@ -225,7 +225,17 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   // 1024x512x7168 18.2 us with 4 slices vs 22.0 with 64-row tiles; 1024x576x7168 21.6 (2) vs 22.2.
   // It loses wherever the tiles already fill the SMs (the partials cost a write and a read), and on a
   // single 64-row tile (run 34: 16x4608x7168 26.3 us in 2 slices, 22.7 on 64-row tiles).
+  // Where 4 slices do not fit but 3 do, the hand-written 128x128 kernel cuts each tile into 3 K pieces
+  // (any count: they need not divide the K blocks) and sums them in the kernel (a split tail, in
+  // gemm_cuda_wgmma.cu). Measured (runs 46-47, tests/cuda/config_sweep.py, us): 1024x576x7168 21.1 / 22.1
+  // vs 22.2 / 22.8 in 2 slices, 96x4608x7168 23.6 vs 25.2; at 4 pieces it lost to 4 slices (1024x512x7168
+  // 19.5 vs 18.2).
   if (K >= 4096 && kblocks % 4 == 0 && M > 64 && tiles >= 32 && 2 * tiles <= kSms) {
+    if (4 * tiles > kSms && 3 * tiles <= kSms) {
+      t.cfg = kSquare128Config;
+      t.splits = 3;
+      return t;
+    }
     t.cfg = kKSliceConfig;
     t.kslices = 4 * tiles <= kSms ? 4 : 2;
     return t;

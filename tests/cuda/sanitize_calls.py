@@ -3,7 +3,7 @@
 Not collected by pytest. On the GPU machine, after tests/cuda/device_check.py has JIT-built the module
 (or with --kernel-dir to load a built variant through kernels):
 
-    compute-sanitizer --tool memcheck python3 tests/cuda/sanitize_calls.py [--prebuilt DIR] [--cfg N]
+    compute-sanitizer --tool memcheck python3 tests/cuda/sanitize_calls.py [--prebuilt DIR] [--cfg N [--splits S]]
 
 Each call's output is checked against the fp32 reference, so a silent wrong answer fails too.
 Exit status 0 only when every call matched.
@@ -25,7 +25,8 @@ import device_check as dc  # noqa: E402
 # hand-written 128x192 wgmma kernel with partial tiles; (5800, 512, 4096): its 192x128 form (three
 # consumer warpgroups), whose last M tile leaves two of them without rows; (1000, 2056, 384): its 128x128
 # form with partial M and N tiles; (64, 576, 256), (3, 520, 7168) and (1, 4096, 4096): the decode kernel
-# (M <= 64), in one K slice, in 14, and in 2 slices of 16 K blocks (past its 8-stage ring).
+# (M <= 64), in one K slice, in 14, and in 2 slices of 16 K blocks (past its 8-stage ring); (256, 2304,
+# 4096): the 128x128 form with each tile cut into 3 K pieces summed in the kernel (a split tail).
 SHAPES = [
     (64, 576, 256),
     (512, 1024, 4096),
@@ -34,6 +35,7 @@ SHAPES = [
     (1000, 2056, 384),
     (3, 520, 7168),
     (1, 4096, 4096),
+    (256, 2304, 4096),
     (200, 300, 640),
     (96, 1024, 256),
     (256, 512, 384),
@@ -47,6 +49,7 @@ def main() -> int:
     ap.add_argument("--kernel-dir", default=None, help="a build/ dir to load through kernels instead")
     ap.add_argument("--shapes", type=int, default=len(SHAPES), help="use only the first N shapes")
     ap.add_argument("--cfg", type=int, default=-1, help="JIT build only: force this configuration on every call")
+    ap.add_argument("--splits", type=int, default=1, help="with --cfg: Tuning.splits of the natural calls")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     if args.kernel_dir:
@@ -63,7 +66,7 @@ def main() -> int:
         mod = dc.load_jit(args.prebuilt)
         natural, seed = mod.gemm_natural, mod.gemm_seed
         if args.cfg >= 0:
-            natural = functools.partial(mod.natural_cfg, cfg=args.cfg)
+            natural = functools.partial(mod.natural_cfg, cfg=args.cfg, splits=args.splits)
             seed = functools.partial(mod.seed_cfg, cfg=args.cfg)
     gen = torch.Generator(device="cuda")
     gen.manual_seed(7)
