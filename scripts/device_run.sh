@@ -9,6 +9,8 @@
 #   bash scripts/device_run.sh check   # test + sanitizers + Nsight Compute counters (PROFILE_SHAPE)
 #   bash scripts/device_run.sh verify  # test + sanitizers
 #   bash scripts/device_run.sh sanitize  # build stage + compute-sanitizer (memcheck, racecheck) only
+#   bash scripts/device_run.sh split   # JIT build + compute-sanitizer on split tails forced where
+#                                      # pick_tuning never puts them (run 45's calls)
 #   bash scripts/device_run.sh sweep   # JIT build once, then tests/cuda/config_sweep.py (SWEEP_VARIANTS,
 #                                      # SWEEP_SHAPES, SWEEP_ROUNDS); .cache/cuda_prebuilt/*.o if carried
 #                                      # (linked as they are: carry them only if built from these sources)
@@ -54,6 +56,17 @@ if [ "$mode" = jit ]; then
     timeout 150 compute-sanitizer --tool $tool --print-limit 20 python3 tests/cuda/sanitize_calls.py \
       --shapes $n > "$OUT/sanitizer_$tool.log" 2>&1
     echo "sanitizer $tool exit=$?"; tail -n 4 "$OUT/sanitizer_$tool.log"
+  done
+elif [ "$mode" = split ]; then
+  # 128x192 in up to 4 pieces (a wave of whole tiles before the split one, tiles straddling two w_scale
+  # blocks, rows past M) and 192x128 in 3 (a warpgroup without rows): tests/cuda/sanitize_calls.py shapes.
+  python3 -c "from tests.cuda.device_check import load_jit; load_jit()" 2>&1 | tail -n 5 || exit 1
+  for spec in "memcheck 7 4 7" "racecheck 7 4 5" "memcheck 8 3 4"; do
+    read -r tool cfg splits n <<< "$spec"
+    log="$OUT/sanitizer_${tool}_c${cfg}p${splits}.log"
+    timeout 200 compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 20 \
+      python3 tests/cuda/sanitize_calls.py --cfg "$cfg" --splits "$splits" --shapes "$n" > "$log" 2>&1
+    st=$?; echo "sanitizer $tool cfg $cfg splits $splits exit=$st"; tail -n 2 "$log"; [ $st -eq 0 ] || rc=1
   done
 elif [ "$mode" = sweep ]; then
   # Build first, with no timeout (see GEMM_CUDA_PREBUILT above).

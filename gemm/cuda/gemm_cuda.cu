@@ -4,7 +4,8 @@
 //
 // Natural layout (x (M,K), w (N,K), both K-contiguous) goes straight to a warp-specialized TMA + wgmma
 // kernel with blockwise scale promotion in the mainloop, picked per shape: CUTLASS's sm90 collective
-// (gemm_cuda_cfg*.cu) or the hand-written 128x192-tile kernel (gemm_cuda_wgmma.cu). The seed layout
+// (gemm_cuda_cfg*.cu), the hand-written persistent kernel (gemm_cuda_wgmma.cu: 128x128, 128x192 and 192x128
+// tiles, optionally a split tail) or, for M <= 64, the decode kernel (gemm_cuda_decode.cu). The seed layout
 // (a (K,M), b (K,N): M/N-contiguous) cannot feed FP8 wgmma directly (FP8 wgmma reads only K-major
 // shared-memory operands), so one fused launch (gemm_cuda_prep.cu) transposes a, b and both scale
 // tensors into K-major scratch, then the natural path runs, its GEMM launched as the preparation's
@@ -29,7 +30,8 @@ namespace {
 
 constexpr int64_t kBlock = 128;
 // The configuration that writes fp32 partials per K slice (gemm_cuda_cfg5.cu); the others write bf16,
-// except the decode configuration in more than one K slice.
+// except the decode configuration in more than one K slice (the hand-written kernels' split tails keep
+// their fp32 pieces in their own workspace and write bf16).
 constexpr int kKSliceConfig = 5;
 // The hand-written wgmma kernel with 128x128 tiles, 128x192 ones and 192x128 ones (gemm_cuda_wgmma.cu).
 constexpr int kSquare128Config = 6;
@@ -132,7 +134,8 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
   if (ws_bytes > 0) {
     workspace = at::empty({static_cast<int64_t>(ws_bytes)}, x.options().dtype(at::kByte));
   }
-  // Not after w's padding copy, nor with a workspace (CUTLASS may clear it first): only kernel -> kernel.
+  // Not after w's padding copy, nor with a workspace (CUTLASS may clear it first; a split tail zeroes its
+  // counters first): only kernel -> kernel.
   g.pdl = after_prep && Np == N && ws_bytes == 0;
   int const rc = kConfigs[cfg].run(g, ws_bytes > 0 ? workspace.data_ptr() : nullptr, stream);
   check_cutlass(rc, cfg, M, N, K);

@@ -1,7 +1,8 @@
 // A hand-written sm_90a FP8 block-scaled GEMM (configurations 6, 7 and 8, see gemm_cuda_kernels.h), for
 // the tile shapes CUTLASS 4.2's blockwise collective cannot build: 128 x 192 output tiles (its builder
 // wants the N tile to equal the 128-wide B-scale block) and 192 x 128 ones (three consumer warpgroups),
-// beside a plain 128 x 128 one (pick_tuning takes it for K <= 512 with a wave of tiles, runs 34-36).
+// beside a plain 128 x 128 one (pick_tuning takes it for K <= 512 with a wave of tiles, runs 34-36, and
+// with a split tail where 3 K pieces per tile fill the SMs and 4 K slices would not, runs 45-48).
 //
 // Structure (one CTA per SM, persistent, 1 + C warpgroups, C = 2 or 3 consumers):
 //   warpgroup 0    producer: one thread streams 64C x 128 (x) and BN x 128 (w) FP8 tiles of each K block
@@ -11,6 +12,8 @@
 //                  fp32 registers (the contract's per-block scaling, the same arithmetic as CUTLASS's
 //                  and cuBLASLt's blockwise kernels), then the stage goes back to the producer;
 //                  epilogue: bf16 into 128-byte-swizzled shared memory, TMA store (clipped at M, N).
+// Split tail (GemmArgs::splits > 1): the tiles past the last full wave are cut into K pieces, one per CTA;
+// each piece's fp32 block goes to the workspace and the last piece to arrive sums them (split_fixup).
 // A 192-wide N tile straddles two 128-wide w_scale blocks; which columns take which scale depends only on
 // n0 % 128 (0 or 64 for BN = 192), so the promotion is compiled for both splits and picked per tile.
 //
@@ -135,7 +138,8 @@ struct Schedule {
   int dp_tiles;  // == count() when no tile is split
   int pieces;    // K ranges per split tile
   __host__ __device__ int count() const { return tiles_m * tiles_n; }
-  __host__ __device__ int units() const { return dp_tiles + (count() - dp_tiles) * pieces; }
+  __host__ __device__ int split_tiles() const { return count() - dp_tiles; }
+  __host__ __device__ int units() const { return dp_tiles + split_tiles() * pieces; }
   // Unit u: tile t, K blocks [kb0, kb1); piece >= 0 for a piece of a split tile (-1: a whole tile).
   __device__ void unit(int u, int &t, int &kb0, int &kb1, int &piece) const {
     if (u < dp_tiles) {
@@ -162,7 +166,7 @@ template <int BN, int kConsumers>
 __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
     wgmma_gemm_kernel(__grid_constant__ CUtensorMap const map_x, __grid_constant__ CUtensorMap const map_w,
                       __grid_constant__ CUtensorMap const map_d, float const *__restrict__ sx,
-                      float const *__restrict__ sw, int M, int N, int K, Schedule sched, float *partials,
+                      float const *__restrict__ sw, int M, int N, Schedule sched, float *partials,
                       unsigned *counters) {
 #ifdef GEMM_WGMMA_DEVICE
   using L = Layout<BN, kConsumers>;
@@ -304,26 +308,29 @@ template <int BN, int kConsumers>
 Schedule make_schedule(GemmArgs const &g) {
   constexpr int kBlockM = Layout<BN, kConsumers>::kBlockM;
   Schedule sched{(g.M + kBlockM - 1) / kBlockM, (g.N + BN - 1) / BN, g.swizzle > 1 ? g.swizzle : 8,
-                 g.raster == 2 ? 1 : 0, g.K / kBlockK, 0, 1};
+                 g.raster == 2 ? 1 : 0, g.K / kBlockK};
   int const tiles = sched.count(), rest = tiles % g.sm_count;
-  int const pieces = rest == 0 ? 1 : std::min({g.splits, g.sm_count / rest, sched.kblocks});
-  sched.dp_tiles = pieces > 1 ? tiles - rest : tiles;
-  sched.pieces = pieces;
+  sched.pieces = rest == 0 ? 1 : std::min({g.splits, g.sm_count / rest, sched.kblocks});
+  sched.dp_tiles = sched.pieces > 1 ? tiles - rest : tiles;
   return sched;
 }
 
 // Scratch of a split tail: one fp32 block per piece, then one counter per split tile and warpgroup
-// (zeroed by run_wgmma before each launch).
+// (zeroed by run_wgmma before each launch); none without a split tail.
 template <int BN, int kConsumers>
 size_t partials_bytes(Schedule const &sched) {
-  return static_cast<size_t>(sched.units() - sched.dp_tiles) * Layout<BN, kConsumers>::kBlockM * BN * sizeof(float);
+  return static_cast<size_t>(sched.split_tiles()) * sched.pieces * Layout<BN, kConsumers>::kBlockM * BN * sizeof(float);
+}
+
+template <int kConsumers>
+size_t counter_bytes(Schedule const &sched) {
+  return static_cast<size_t>(sched.split_tiles()) * kConsumers * sizeof(unsigned);
 }
 
 template <int BN, int kConsumers>
 size_t workspace_wgmma(GemmArgs const &g) {
   Schedule const sched = make_schedule<BN, kConsumers>(g);
-  if (sched.dp_tiles == sched.count()) return 0;
-  return partials_bytes<BN, kConsumers>(sched) + (sched.count() - sched.dp_tiles) * kConsumers * sizeof(unsigned);
+  return partials_bytes<BN, kConsumers>(sched) + counter_bytes<kConsumers>(sched);
 }
 
 template <int BN, int kConsumers>
@@ -344,17 +351,16 @@ int run_wgmma(GemmArgs const &g, void *workspace, cudaStream_t stream) {
   Schedule const sched = make_schedule<BN, kConsumers>(g);
   float *partials = nullptr;
   unsigned *counters = nullptr;
-  if (sched.dp_tiles < sched.count()) {
+  if (sched.split_tiles() > 0) {
     if (workspace == nullptr) return -static_cast<int>(cudaErrorInvalidValue);
     partials = static_cast<float *>(workspace);
     counters = reinterpret_cast<unsigned *>(static_cast<uint8_t *>(workspace) + partials_bytes<BN, kConsumers>(sched));
-    size_t const counter_bytes = (sched.count() - sched.dp_tiles) * kConsumers * sizeof(unsigned);
-    cudaError_t const err = cudaMemsetAsync(counters, 0, counter_bytes, stream);
+    cudaError_t const err = cudaMemsetAsync(counters, 0, counter_bytes<kConsumers>(sched), stream);
     if (err != cudaSuccess) return -static_cast<int>(err);
   }
   int const grid = std::min(sched.units(), g.sm_count);
   cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN, kConsumers>>(
-      grid, L::kThreads, L::kSmem, g.device, stream, g.pdl, map_x, map_w, map_d, g.sx, g.sw, g.M, g.N, g.K, sched,
+      grid, L::kThreads, L::kSmem, g.device, stream, g.pdl, map_x, map_w, map_d, g.sx, g.sw, g.M, g.N, sched,
       partials, counters);
   return -static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }

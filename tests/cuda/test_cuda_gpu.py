@@ -10,7 +10,8 @@ Accuracy criterion: every element, the contract's rule plus the cuda backend's a
 (gemm.reference.ACCUMULATION_ALLOWANCE times the sum of the terms' magnitudes). Hopper's FP8 tensor
 cores add each wgmma's products with fewer bits than fp32, which moves near-zero outputs by more than
 atol = 1e-3; torch's own blockwise FP8 path (cuBLASLt) gives bit-identical outputs to this kernel on the
-same inputs (outside the shapes whose K is cut into pieces), and benchmarks/results/h200/precision.json measures how much is needed.
+same inputs (outside the shapes whose K is cut into pieces), and benchmarks/results/h200/precision.json
+measures how much is needed.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ _seeds = itertools.count(5000)
 SHAPES = [
     (1024, 512, 7168),  # K-sliced, 4 slices
     (512, 1024, 4096),  # K-sliced, 4 slices, shorter K
-    (1024, 640, 4608),  # K-sliced, 2 slices
+    (1024, 640, 4608),  # hand-written 128x128 kernel, 40 tiles cut into 3 K pieces (12 K blocks each)
     (1, 4096, 4096),  # a single row: the decode kernel (M <= 64), 2 K slices
     (100, 4104, 4608),  # K-sliced, 33 tiles (4 slices fill 132 SMs exactly)
     (64, 1536, 7168),  # decode kernel, 64 rows (wgmma N = 64), 4 K slices
