@@ -31,11 +31,17 @@ rc=0
 # compute-sanitizer on the built variant: shapes 1, 6 and 7 take the decode kernel (one K slice, 14, and
 # 2 slices of 16 K blocks, round its stage ring twice), shape 2 the K-sliced path, shapes 3-5 the
 # hand-written kernel (128x192, 192x128 and 128x128 tiles), shape 8 its 128x128 form with a split tail.
+# run_sanitizer TIMEOUT TOOL LOG ARGS...: tests/cuda/sanitize_calls.py ARGS under compute-sanitizer; an
+# error or a wrong result fails the call (rc=1).
+run_sanitizer() {
+  local limit=$1 tool=$2 log=$3; shift 3
+  timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 20 \
+    python3 tests/cuda/sanitize_calls.py "$@" > "$log" 2>&1
+  local st=$?; echo "sanitizer $tool $* exit=$st"; tail -n 3 "$log"; [ $st -eq 0 ] || rc=1
+}
 sanitize() {
   for tool in memcheck racecheck; do
-    timeout 150 compute-sanitizer --tool $tool --error-exitcode 1 --print-limit 20 \
-      python3 tests/cuda/sanitize_calls.py --kernel-dir build --shapes 8 > "$OUT/sanitizer_$tool.log" 2>&1
-    st=$?; echo "sanitizer $tool exit=$st"; tail -n 3 "$OUT/sanitizer_$tool.log"; [ $st -eq 0 ] || rc=1
+    run_sanitizer 150 $tool "$OUT/sanitizer_$tool.log" --kernel-dir build --shapes 8
   done
 }
 # Every JIT load (tests/cuda/device_check.load_jit) links .cache/cuda_prebuilt/*.o when carried, so all
@@ -53,9 +59,7 @@ if [ "$mode" = jit ]; then
   python3 tests/cuda/device_check.py --out "$OUT" --no-extra 2>&1 | grep -v "^FAIL" | tail -n 60 || rc=1
   for tool in memcheck racecheck; do
     n=4; [ $tool = racecheck ] && n=2
-    timeout 150 compute-sanitizer --tool $tool --print-limit 20 python3 tests/cuda/sanitize_calls.py \
-      --shapes $n > "$OUT/sanitizer_$tool.log" 2>&1
-    echo "sanitizer $tool exit=$?"; tail -n 4 "$OUT/sanitizer_$tool.log"
+    run_sanitizer 150 $tool "$OUT/sanitizer_$tool.log" --shapes $n
   done
 elif [ "$mode" = split ]; then
   # 128x192 in up to 4 pieces (a wave of whole tiles before the split one, tiles straddling two w_scale
@@ -63,10 +67,7 @@ elif [ "$mode" = split ]; then
   python3 -c "from tests.cuda.device_check import load_jit; load_jit()" 2>&1 | tail -n 5 || exit 1
   for spec in "memcheck 7 4 7" "racecheck 7 4 5" "memcheck 8 3 4"; do
     read -r tool cfg splits n <<< "$spec"
-    log="$OUT/sanitizer_${tool}_c${cfg}p${splits}.log"
-    timeout 200 compute-sanitizer --tool "$tool" --error-exitcode 1 --print-limit 20 \
-      python3 tests/cuda/sanitize_calls.py --cfg "$cfg" --splits "$splits" --shapes "$n" > "$log" 2>&1
-    st=$?; echo "sanitizer $tool cfg $cfg splits $splits exit=$st"; tail -n 2 "$log"; [ $st -eq 0 ] || rc=1
+    run_sanitizer 200 "$tool" "$OUT/sanitizer_${tool}_c${cfg}p${splits}.log" --cfg "$cfg" --splits "$splits" --shapes "$n"
   done
 elif [ "$mode" = sweep ]; then
   # Build first, with no timeout (see GEMM_CUDA_PREBUILT above).

@@ -232,7 +232,8 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   // (any count: they need not divide the K blocks) and sums them in the kernel (a split tail, in
   // gemm_cuda_wgmma.cu). Measured (runs 46-47, tests/cuda/config_sweep.py, us): 1024x576x7168 21.1 / 22.1
   // vs 22.2 / 22.8 in 2 slices, 96x4608x7168 23.6 vs 25.2; at 4 pieces it lost to 4 slices (1024x512x7168
-  // 19.5 vs 18.2).
+  // 19.5 vs 18.2). (It keeps this rule's kblocks % 4 == 0, under which it was measured; the pieces
+  // themselves need no divisibility.)
   if (K >= 4096 && kblocks % 4 == 0 && M > 64 && tiles >= 32 && 2 * tiles <= kSms) {
     if (4 * tiles > kSms && 3 * tiles <= kSms) {
       t.cfg = kSquare128Config;

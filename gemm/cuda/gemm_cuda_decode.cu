@@ -14,7 +14,6 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
-#include <utility>
 
 #include "gemm_cuda_kernels.h"
 #include "gemm_cuda_sm90.cuh"
@@ -33,7 +32,7 @@ struct DecodeLayout {
   static constexpr int kStage = kBytesW + kBytesX;
   static constexpr int kStages = MP == 64 ? 6 : 8;
   static constexpr int kSmem = 1024 + kStages * kStage + 2 * kStages * 8;  // + slack to align the base
-  static_assert(2 * (kSmem + 1024) <= 233472, "two CTAs per SM (each also reserves 1 KB)");
+  static_assert(2 * (kSmem + 1024) <= kSmemPerSm, "two CTAs per SM (each also reserves 1 KB)");
 };
 
 // d: bf16 out (M x ldd) when kslices == 1, else fp32 partials, slice s at d + s * M * ldd.
@@ -59,12 +58,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   int const lane = threadIdx.x % 32;
   if (warp == 4) {  // producer
     if (lane == 0) {
-      asm volatile("prefetch.tensormap [%0];" ::"l"(&map_w) : "memory");
-      asm volatile("prefetch.tensormap [%0];" ::"l"(&map_x) : "memory");
+      cute::prefetch_tma_descriptor(&map_w);
+      cute::prefetch_tma_descriptor(&map_x);
       for (int i = 0; i < per_slice; ++i) {
-        int const s = i % L::kStages;
-        bar_wait(empty_bar + 8 * s, ((i / L::kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
-        bar_expect_tx(full_bar + 8 * s, L::kStage);
+        int const s = acquire_stage<L::kStages>(full_bar, empty_bar, i, L::kStage);
         tma_load(&map_w, full_bar + 8 * s, base + s * L::kStage, (kb0 + i) * kBlockK, n0);
         tma_load(&map_x, full_bar + 8 * s, base + s * L::kStage + L::kBytesW, (kb0 + i) * kBlockK, 0);
       }
@@ -90,9 +87,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   uint64_t const desc_w0 = kmajor_sw128_desc(base);
   uint64_t const desc_x0 = kmajor_sw128_desc(base + L::kBytesW);
   for (int i = 0; i < per_slice; ++i) {
-    int const s = i % L::kStages;
+    int const s = ring_stage<L::kStages>(i);
     int const kb = kb0 + i;
-    bar_wait(full_bar + 8 * s, (i / L::kStages) & 1);
+    bar_wait(full_bar + 8 * s, ring_parity<L::kStages>(i));
     issue_batch<MP>(acc, desc_w0 + static_cast<uint64_t>(s * (L::kStage >> 4)),
                     desc_x0 + static_cast<uint64_t>(s * (L::kStage >> 4)));
     float const ws = __ldg(swp + kb);  // the scales' loads run under the batch

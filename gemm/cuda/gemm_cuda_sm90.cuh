@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
+#include <cute/arch/copy_sm90_desc.hpp>  // prefetch_tma_descriptor
 #include <cute/arch/mma_sm90.hpp>  // ss_op_selector (and the wgmma ops it picks)
 
 #include <cstdint>
@@ -19,6 +20,8 @@ namespace gemm_cuda {
 namespace sm90 {
 
 constexpr int kBlockK = 128;  // one scale block of K = one 128-byte swizzle row of FP8
+constexpr int kSmemPerBlock = 232448;  // sm_90 opt-in dynamic shared memory per block (227 KiB)
+constexpr int kSmemPerSm = 233472;  // shared memory per SM (228 KiB), shared by its resident CTAs
 
 // wgmma m64nNk32 with FP8 (e4m3) operands, both K-major in shared memory, fp32 accumulators: cute's own
 // selector for a 64 x N x 32 tile.
@@ -117,6 +120,27 @@ __device__ __forceinline__ void init_stage_ring(uint32_t full_bar, int stages, u
   }
   __syncthreads();
   asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+// Position `it` (0, 1, 2, ...) of a ring of kStages stages: its stage, and the parity of the phase of that
+// stage's barriers that it waits for.
+template <int kStages>
+__device__ __forceinline__ int ring_stage(uint32_t it) {
+  return static_cast<int>(it % kStages);
+}
+template <int kStages>
+__device__ __forceinline__ uint32_t ring_parity(uint32_t it) {
+  return (it / kStages) & 1;
+}
+
+// Producer side of ring position `it`: waits until the consumers have released its stage (a fresh empty
+// barrier passes parity 1), then arms the stage's full barrier for `bytes` of TMA loads. Returns the stage.
+template <int kStages>
+__device__ __forceinline__ int acquire_stage(uint32_t full_bar, uint32_t empty_bar, uint32_t it, uint32_t bytes) {
+  int const s = ring_stage<kStages>(it);
+  bar_wait(empty_bar + 8 * s, ring_parity<kStages>(it) ^ 1);
+  bar_expect_tx(full_bar + 8 * s, bytes);
+  return s;
 }
 
 // Shared-memory matrix descriptor of a K-major tile stored with 128-byte swizzle (rows of 128 bytes,

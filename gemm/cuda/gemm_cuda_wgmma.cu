@@ -24,7 +24,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <utility>
 
 #include "gemm_cuda_kernels.h"
 #include "gemm_cuda_sm90.cuh"
@@ -32,8 +31,6 @@
 namespace gemm_cuda {
 namespace {
 using namespace sm90;
-
-constexpr int kSmemLimit = 232448;  // sm_90 opt-in dynamic shared memory per block (227 KiB)
 
 // An M tile of 64 rows per consumer warpgroup (each issues m64 wgmma), BN columns.
 template <int BN, int kConsumers>
@@ -51,12 +48,12 @@ struct Layout {
   static constexpr int kBytesB = BN * kBlockK;
   static constexpr int kChunk = 64 * 128;  // one 64-row x 64-column bf16 output box (128-byte rows)
   static constexpr int kBytesOut = kConsumers * (BN / 64) * kChunk;  // every consumer warpgroup's block
-  static constexpr int kStages = (kSmemLimit - 1024 - 256 - kBytesOut) / (kBytesA + kBytesB);
+  static constexpr int kStages = (kSmemPerBlock - 1024 - 256 - kBytesOut) / (kBytesA + kBytesB);
   static constexpr int kOffB = kStages * kBytesA;
   static constexpr int kOffOut = kOffB + kStages * kBytesB;
   static constexpr int kOffBar = kOffOut + kBytesOut;
   static constexpr int kSmem = 1024 + kOffBar + 2 * kStages * 8;  // + slack to align the base to 1024
-  static_assert(kSmem <= kSmemLimit, "shared memory");
+  static_assert(kSmem <= kSmemPerBlock, "shared memory");
   static_assert(kStages >= 3, "pipeline depth");
 };
 
@@ -187,17 +184,15 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   if (wg == 0) {  // producer
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(L::kProducerRegs));
     if (threadIdx.x == 0) {
-      asm volatile("prefetch.tensormap [%0];" ::"l"(&map_x) : "memory");
-      asm volatile("prefetch.tensormap [%0];" ::"l"(&map_w) : "memory");
+      cute::prefetch_tma_descriptor(&map_x);
+      cute::prefetch_tma_descriptor(&map_w);
       uint32_t it = 0;
       for (int u = blockIdx.x; u < units; u += gridDim.x) {
         int t, kb0, kb1, piece, tm, tn;
         sched.unit(u, t, kb0, kb1, piece);
         sched.tile(t, tm, tn);
         for (int kb = kb0; kb < kb1; ++kb, ++it) {
-          int const s = it % L::kStages;
-          bar_wait(empty_bar + 8 * s, ((it / L::kStages) & 1) ^ 1);  // a fresh barrier passes parity 1
-          bar_expect_tx(full_bar + 8 * s, L::kBytesA + L::kBytesB);
+          int const s = acquire_stage<L::kStages>(full_bar, empty_bar, it, L::kBytesA + L::kBytesB);
           tma_load(&map_x, full_bar + 8 * s, base + s * L::kBytesA, kb * kBlockK, tm * kBlockM);
           tma_load(&map_w, full_bar + 8 * s, base + L::kOffB + s * L::kBytesB, kb * kBlockK, tn * BN);
         }
@@ -237,8 +232,8 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
     // Between one batch's promotion and the next batch's issue there is only the stage check: the next
     // K block's scales, stage and barrier probe are taken while the current batch runs.
     float a0 = __ldg(sx0 + kb0), a1 = __ldg(sx1 + kb0), b0 = __ldg(sw0 + kb0), b1 = __ldg(sw1 + kb0);
-    int s = it % L::kStages;
-    bar_wait(full_bar + 8 * s, (it / L::kStages) & 1);
+    int s = ring_stage<L::kStages>(it);
+    bar_wait(full_bar + 8 * s, ring_parity<L::kStages>(it));
     for (int kb = kb0; kb < kb1; ++kb) {
       issue_batch<BN>(acc, desc_a0 + static_cast<uint64_t>(s * (L::kBytesA >> 4)),
                       desc_b0 + static_cast<uint64_t>(s * (L::kBytesB >> 4)));
@@ -246,8 +241,8 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
       float const na0 = __ldg(sx0 + kn), na1 = __ldg(sx1 + kn);
       float const nb0 = __ldg(sw0 + kn), nb1 = __ldg(sw1 + kn);
       ++it;
-      int const ns = it % L::kStages;
-      uint32_t const nparity = (it / L::kStages) & 1;
+      int const ns = ring_stage<L::kStages>(it);
+      uint32_t const nparity = ring_parity<L::kStages>(it);
       cute::warpgroup_wait<0>();
       fence_all<BN>(acc);
       if (lane == 0) bar_arrive(empty_bar + 8 * s);  // the stage's operands are consumed
@@ -260,7 +255,7 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
     }
 
     if (piece >= 0) {  // slots: (split tile, piece, consumer warpgroup) blocks of 64 x BN floats
-      int64_t const slot_stride = int64_t{kConsumers} * 64 * BN;
+      int64_t const slot_stride = int64_t{kBlockM} * BN;
       int64_t const first = static_cast<int64_t>(t - sched.dp_tiles) * sched.pieces * slot_stride;
       if (!split_fixup<BN / 2>(out, partials + first + cw * 64 * BN,
                                counters + (t - sched.dp_tiles) * kConsumers + cw, piece, sched.pieces,
