@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   int const kb0 = static_cast<int>(blockIdx.y) * per_slice;
   int const n0 = static_cast<int>(blockIdx.x) * kRows;
 
-  init_stage_ring(full_bar, L::kStages, 4);
+  init_stage_ring(full_bar, L::kStages, 4);  // lane 0 of each consumer warp (only wgmma reads a stage)
 
   int const warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 32), 0);
   int const lane = threadIdx.x % 32;

@@ -73,6 +73,29 @@ __device__ __forceinline__ bool bar_test(uint32_t bar, uint32_t parity) {
   return done != 0;
 }
 
+// A 4-byte asynchronous copy from global to shared memory (cached in L1: neighbouring K blocks share lines).
+__device__ __forceinline__ void cp_async_4(uint32_t dst, void const *src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+}
+
+// One arrival on `bar` once every cp.async this thread issued so far has landed; counted against the
+// barrier's initial arrival count (.noinc), so each such thread adds one to that count.
+__device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ float ld_shared_f32(uint32_t addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ float2 ld_shared_f32x2(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+  return v;
+}
+
 __device__ __forceinline__ void tma_load(void const *map, uint32_t bar, uint32_t dst, int c0, int c1) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
@@ -107,14 +130,17 @@ __device__ __forceinline__ bool named_sync_or(int id, bool pred) {
 }
 
 // The stage ring's mbarriers, by thread 0: `stages` full barriers at full_bar (each completes on its
-// stage's TMA bytes) followed by as many empty ones (each completes on lane 0 of `consumer_warps` warps);
+// stage's TMA bytes and `producer_arrivals` arrivals: the one that arms it for those bytes, plus one per
+// producer thread that copies more into the stage with cp.async) followed by as many empty ones (each
+// completes on `consumer_arrivals` arrivals);
 // then the whole block syncs and, when launched as a programmatic dependent (GemmArgs::pdl), waits for
 // the previous kernel (a no-op otherwise): the set-up overlapped it, nothing global is read before.
-__device__ __forceinline__ void init_stage_ring(uint32_t full_bar, int stages, uint32_t consumer_warps) {
+__device__ __forceinline__ void init_stage_ring(uint32_t full_bar, int stages, uint32_t consumer_arrivals,
+                                                uint32_t producer_arrivals = 1) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) {
-      bar_init(full_bar + 8 * s, 1);
-      bar_init(full_bar + 8 * (stages + s), consumer_warps);
+      bar_init(full_bar + 8 * s, producer_arrivals);
+      bar_init(full_bar + 8 * (stages + s), consumer_arrivals);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -134,12 +160,14 @@ __device__ __forceinline__ uint32_t ring_parity(uint32_t it) {
 }
 
 // Producer side of ring position `it`: waits until the consumers have released its stage (a fresh empty
-// barrier passes parity 1), then arms the stage's full barrier for `bytes` of TMA loads. Returns the stage.
+// barrier passes parity 1), then, in the thread that issues the TMA loads (`arm`), arms the stage's full
+// barrier for their `bytes`. Returns the stage.
 template <int kStages>
-__device__ __forceinline__ int acquire_stage(uint32_t full_bar, uint32_t empty_bar, uint32_t it, uint32_t bytes) {
+__device__ __forceinline__ int acquire_stage(uint32_t full_bar, uint32_t empty_bar, uint32_t it, uint32_t bytes,
+                                             bool arm = true) {
   int const s = ring_stage<kStages>(it);
   bar_wait(empty_bar + 8 * s, ring_parity<kStages>(it) ^ 1);
-  bar_expect_tx(full_bar + 8 * s, bytes);
+  if (arm) bar_expect_tx(full_bar + 8 * s, bytes);
   return s;
 }
 

@@ -7,10 +7,13 @@
 // Structure (one CTA per SM, persistent, 1 + C warpgroups, C = 2 or 3 consumers):
 //   warpgroup 0    producer: one thread streams 64C x 128 (x) and BN x 128 (w) FP8 tiles of each K block
 //                  into a ring of shared-memory stages with TMA (128-byte swizzle), mbarrier-tracked;
+//                  its warp's 32 lanes copy the K block's 64C x_scale values and 2 w_scale values
+//                  into the same stage with 4-byte cp.async, tracked by the same barrier;
 //   warpgroups 1-C consumers: 64 rows each; per K block 4 wgmma m64nBNk32 into a fresh fp32
 //                  accumulator, then the promotion `out += acc * x_scale[row] * w_scale[col block]` in
 //                  fp32 registers (the contract's per-block scaling, the same arithmetic as CUTLASS's
-//                  and cuBLASLt's blockwise kernels), then the stage goes back to the producer;
+//                  and cuBLASLt's blockwise kernels), the scales read from shared memory, then the
+//                  stage goes back to the producer;
 //                  epilogue: bf16 into 128-byte-swizzled shared memory, TMA store (clipped at M, N).
 // Split tail (GemmArgs::splits > 1): the tiles past the last full wave are cut into K pieces, one per CTA;
 // each piece's fp32 block goes to the workspace and the last piece to arrive sums them (split_fixup).
@@ -40,18 +43,26 @@ struct Layout {
                 "3 consumer warpgroups get 160 registers each: room for 64 + 64 accumulators, not 96 + 96");
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  // setmaxnreg: the producer gives its registers to the consumers (65536 per SM, one CTA per SM).
-  static constexpr int kProducerRegs = kConsumers == 2 ? 40 : 24;
-  static constexpr int kConsumerRegs = kConsumers == 2 ? 232 : 160;
-  static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "register file");
+  // setmaxnreg: the producer gives registers to the consumers. Only the CTA's own allocation moves (what
+  // __launch_bounds__(kThreads, 1) gives each thread, times kThreads: 64512 for 384 threads, not the SM's
+  // 65536): consumers asking for more than the producer released wait forever.
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+  static constexpr int kProducerRegs = kConsumers == 2 ? 48 : 32;
+  static constexpr int kConsumerRegs = kConsumers == 2 ? 224 : 160;
+  static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= kLaunchRegs * kThreads, "register file");
   static constexpr int kBytesA = kBlockM * kBlockK;  // per stage
   static constexpr int kBytesB = BN * kBlockK;
   static constexpr int kChunk = 64 * 128;  // one 64-row x 64-column bf16 output box (128-byte rows)
   static constexpr int kBytesOut = kConsumers * (BN / 64) * kChunk;  // every consumer warpgroup's block
-  static constexpr int kStages = (kSmemPerBlock - 1024 - 256 - kBytesOut) / (kBytesA + kBytesB);
+  // A stage's scales: the K block's x_scale of the tile's kBlockM rows, then its two w_scale blocks (the
+  // second unused when BN = 128), padded to 16 bytes.
+  static constexpr int kScaleW = kBlockM;  // index of the first w_scale value
+  static constexpr int kBytesScale = (kBlockM + 4) * 4;
+  static constexpr int kStages = (kSmemPerBlock - 1024 - 256 - kBytesOut) / (kBytesA + kBytesB + kBytesScale);
   static constexpr int kOffB = kStages * kBytesA;
   static constexpr int kOffOut = kOffB + kStages * kBytesB;
-  static constexpr int kOffBar = kOffOut + kBytesOut;
+  static constexpr int kOffScale = kOffOut + kBytesOut;
+  static constexpr int kOffBar = kOffScale + kStages * kBytesScale;
   static constexpr int kSmem = 1024 + kOffBar + 2 * kStages * 8;  // + slack to align the base to 1024
   static_assert(kSmem <= kSmemPerBlock, "shared memory");
   static_assert(kStages >= 3, "pipeline depth");
@@ -175,26 +186,50 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   uint32_t const full_bar = base + L::kOffBar;  // kStages barriers: the stage's TMA bytes arrived
   uint32_t const empty_bar = full_bar + 8 * L::kStages;  // kStages barriers: every consumer warp is done
   int const units = sched.units();
+  int const kblocks = sched.kblocks;
+  int const nblocks = (N + 127) / 128;  // w_scale rows
 
-  init_stage_ring(full_bar, L::kStages, 4 * kConsumers);
+  // A stage is full once its TMA bytes have landed and each of the producer warp's lanes has counted its
+  // scale copies; it is empty again once every consumer thread has arrived (each after its own scale reads:
+  // an arrival releases only its own thread's reads, and compute-sanitizer's racecheck sees a lane-0
+  // arrival after __syncwarp as a race, run 51).
+  init_stage_ring(full_bar, L::kStages, 128 * kConsumers, 1 + 32);
 
   // Warp-uniform as far as ptxas can tell (a broadcast lane), so that what derives from it (the
   // warpgroup's shared-memory descriptors) lives in uniform registers that wgmma reads directly.
   int const wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
   if (wg == 0) {  // producer
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(L::kProducerRegs));
-    if (threadIdx.x == 0) {
-      cute::prefetch_tma_descriptor(&map_x);
-      cute::prefetch_tma_descriptor(&map_w);
+    if (threadIdx.x < 32) {  // the producer warp; lane 0 issues the TMA loads
+      int const lane = threadIdx.x;
+      if (lane == 0) {
+        cute::prefetch_tma_descriptor(&map_x);
+        cute::prefetch_tma_descriptor(&map_w);
+      }
       uint32_t it = 0;
       for (int u = blockIdx.x; u < units; u += gridDim.x) {
         int t, kb0, kb1, piece, tm, tn;
         sched.unit(u, t, kb0, kb1, piece);
         sched.tile(t, tm, tn);
+        // Scale rows past M and blocks past N are clamped (their outputs are clipped by the TMA store).
+        int const m0 = tm * kBlockM;
+        int const wblock = min(tn * BN / 128 + lane, nblocks - 1);  // lanes 0 and 1
         for (int kb = kb0; kb < kb1; ++kb, ++it) {
-          int const s = acquire_stage<L::kStages>(full_bar, empty_bar, it, L::kBytesA + L::kBytesB);
-          tma_load(&map_x, full_bar + 8 * s, base + s * L::kBytesA, kb * kBlockK, tm * kBlockM);
-          tma_load(&map_w, full_bar + 8 * s, base + L::kOffB + s * L::kBytesB, kb * kBlockK, tn * BN);
+          int const s = acquire_stage<L::kStages>(full_bar, empty_bar, it, L::kBytesA + L::kBytesB, lane == 0);
+          if (lane == 0) {
+            tma_load(&map_x, full_bar + 8 * s, base + s * L::kBytesA, kb * kBlockK, m0);
+            tma_load(&map_w, full_bar + 8 * s, base + L::kOffB + s * L::kBytesB, kb * kBlockK, tn * BN);
+          }
+          uint32_t const scales = base + L::kOffScale + s * L::kBytesScale;
+#pragma unroll
+          for (int i = 0; i < kBlockM / 32; ++i) {
+            int const r = 32 * i + lane;
+            cp_async_4(scales + 4 * r, sx + static_cast<int64_t>(min(m0 + r, M - 1)) * kblocks + kb);
+          }
+          if (lane < 2) {
+            cp_async_4(scales + 4 * (L::kScaleW + lane), sw + static_cast<int64_t>(wblock) * kblocks + kb);
+          }
+          cp_async_arrive_noinc(full_bar + 8 * s);
         }
       }
     }
@@ -205,52 +240,45 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   int const cw = wg - 1;  // consumer warpgroup: rows 64 cw .. 64 cw + 63 of the tile
   int const t128 = threadIdx.x % 128;
   int const warp = t128 / 32, lane = t128 % 32;
-  int const nblocks = (N + 127) / 128;  // w_scale rows
   uint32_t const out_base = base + L::kOffOut + cw * (BN / 64) * L::kChunk;
   float out[BN / 2];
   float acc[BN / 2];
   // Stage s's descriptors are these plus s stages (addresses in 16-byte units, all below 2^14).
   uint64_t const desc_a0 = kmajor_sw128_desc(base + cw * 64 * kBlockK);
   uint64_t const desc_b0 = kmajor_sw128_desc(base + L::kOffB);
+  // Stage 0's x_scale of this thread's rows r and r + 8 (the fragment rows below), and its w_scale pair.
+  uint32_t const scale_x0 = base + L::kOffScale + 4 * (64 * cw + 16 * warp + lane / 4);
+  uint32_t const scale_w0 = base + L::kOffScale + 4 * L::kScaleW;
   uint32_t it = 0;
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
     int t, kb0, kb1, piece, tm, tn;
     sched.unit(u, t, kb0, kb1, piece);
     sched.tile(t, tm, tn);
     int const m0 = tm * kBlockM, n0 = tn * BN;
-    int const row = m0 + 64 * cw + 16 * warp + lane / 4;  // and row + 8
-    // Scale rows past M / blocks past N are clamped (their outputs are clipped by the TMA store).
-    int const kblocks = sched.kblocks;
-    float const *sx0 = sx + static_cast<int64_t>(min(row, M - 1)) * kblocks;
-    float const *sx1 = sx + static_cast<int64_t>(min(row + 8, M - 1)) * kblocks;
-    float const *sw0 = sw + static_cast<int64_t>(min(n0 / 128, nblocks - 1)) * kblocks;
-    float const *sw1 = sw + static_cast<int64_t>(min(n0 / 128 + 1, nblocks - 1)) * kblocks;
     bool const split_at_64 = (n0 % 128) != 0;  // BN = 192 only: columns 0..63 in the first block
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) out[i] = 0.f;
 
-    // Between one batch's promotion and the next batch's issue there is only the stage check: the next
-    // K block's scales, stage and barrier probe are taken while the current batch runs.
-    float a0 = __ldg(sx0 + kb0), a1 = __ldg(sx1 + kb0), b0 = __ldg(sw0 + kb0), b1 = __ldg(sw1 + kb0);
+    // Between one batch's promotion and the next batch's issue there is only the stage check: the stage's
+    // scales are read and the next stage probed while the batch runs.
     int s = ring_stage<L::kStages>(it);
     bar_wait(full_bar + 8 * s, ring_parity<L::kStages>(it));
     for (int kb = kb0; kb < kb1; ++kb) {
       issue_batch<BN>(acc, desc_a0 + static_cast<uint64_t>(s * (L::kBytesA >> 4)),
                       desc_b0 + static_cast<uint64_t>(s * (L::kBytesB >> 4)));
-      int const kn = min(kb + 1, kb1 - 1);  // the last K block reloads its own (unused)
-      float const na0 = __ldg(sx0 + kn), na1 = __ldg(sx1 + kn);
-      float const nb0 = __ldg(sw0 + kn), nb1 = __ldg(sw1 + kn);
+      uint32_t const stage_scales = s * L::kBytesScale;
+      float const a0 = ld_shared_f32(scale_x0 + stage_scales), a1 = ld_shared_f32(scale_x0 + stage_scales + 32);
+      float2 const b = ld_shared_f32x2(scale_w0 + stage_scales);
       ++it;
       int const ns = ring_stage<L::kStages>(it);
       uint32_t const nparity = ring_parity<L::kStages>(it);
       cute::warpgroup_wait<0>();
       fence_all<BN>(acc);
-      if (lane == 0) bar_arrive(empty_bar + 8 * s);  // the stage's operands are consumed
+      bar_arrive(empty_bar + 8 * s);  // this thread is done with the stage's operands and scales
       // The next tile's first stage is waited for at that tile's start.
       bool const next_ready = kb + 1 == kb1 || bar_test(full_bar + 8 * ns, nparity);
-      promote_cols<BN / 8>(split_at_64, out, acc, a0, a1, b0, b1);
+      promote_cols<BN / 8>(split_at_64, out, acc, a0, a1, b.x, b.y);
       if (!next_ready) bar_wait(full_bar + 8 * ns, nparity);
-      a0 = na0, a1 = na1, b0 = nb0, b1 = nb1;
       s = ns;
     }
 
