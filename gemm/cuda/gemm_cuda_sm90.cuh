@@ -1,5 +1,6 @@
 // PTX wrappers and tensor-map encoding shared by the hand-written sm_90a kernels (gemm_cuda_wgmma.cu,
-// gemm_cuda_decode.cu): mbarriers, TMA loads and stores, wgmma shared-memory descriptors.
+// gemm_cuda_decode.cu): mbarriers and the stage ring built on them, TMA loads and stores, 4-byte cp.async
+// tracked by an mbarrier, shared-memory loads, wgmma shared-memory descriptors.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap and its enums (types only: the encoder is fetched from the driver at run time)

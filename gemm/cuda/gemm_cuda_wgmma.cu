@@ -46,17 +46,17 @@ struct Layout {
   // setmaxnreg: the producer gives registers to the consumers. Only the CTA's own allocation moves (what
   // __launch_bounds__(kThreads, 1) gives each thread, times kThreads: 64512 for 384 threads, not the SM's
   // 65536): consumers asking for more than the producer released wait forever.
+  // The producer warp's loop (TMA issue, scale copies) needs 48 / 32 without spilling; the consumers get the rest.
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static constexpr int kProducerRegs = kConsumers == 2 ? 48 : 32;
-  static constexpr int kConsumerRegs = kConsumers == 2 ? 224 : 160;
+  static constexpr int kConsumerRegs = (kLaunchRegs * kThreads / 128 - kProducerRegs) / kConsumers / 8 * 8;
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= kLaunchRegs * kThreads, "register file");
   static constexpr int kBytesA = kBlockM * kBlockK;  // per stage
   static constexpr int kBytesB = BN * kBlockK;
   static constexpr int kChunk = 64 * 128;  // one 64-row x 64-column bf16 output box (128-byte rows)
   static constexpr int kBytesOut = kConsumers * (BN / 64) * kChunk;  // every consumer warpgroup's block
-  // A stage's scales: the K block's x_scale of the tile's kBlockM rows, then its two w_scale blocks (the
-  // second unused when BN = 128), padded to 16 bytes.
-  static constexpr int kScaleW = kBlockM;  // index of the first w_scale value
+  // A stage's scales: the K block's x_scale of the tile's kBlockM rows, then (from float kBlockM on) its two
+  // w_scale blocks (the second unused when BN = 128), padded to 16 bytes.
   static constexpr int kBytesScale = (kBlockM + 4) * 4;
   static constexpr int kStages = (kSmemPerBlock - 1024 - 256 - kBytesOut) / (kBytesA + kBytesB + kBytesScale);
   static constexpr int kOffB = kStages * kBytesA;
@@ -183,16 +183,16 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   // Aligned in the shared address space itself (32-bit arithmetic): aligning the generic pointer made
   // ptxas recompute it from special registers (S2UR SR_CgaCtaId, SR_SWINHI) at the top of every K block.
   uint32_t const base = (smem_addr(smem_raw) + 1023) & ~1023u;
-  uint32_t const full_bar = base + L::kOffBar;  // kStages barriers: the stage's TMA bytes arrived
-  uint32_t const empty_bar = full_bar + 8 * L::kStages;  // kStages barriers: every consumer warp is done
+  uint32_t const full_bar = base + L::kOffBar;  // kStages barriers: the stage's operands and scales landed
+  uint32_t const empty_bar = full_bar + 8 * L::kStages;  // kStages barriers: every consumer thread is done
   int const units = sched.units();
   int const kblocks = sched.kblocks;
   int const nblocks = (N + 127) / 128;  // w_scale rows
 
   // A stage is full once its TMA bytes have landed and each of the producer warp's lanes has counted its
-  // scale copies; it is empty again once every consumer thread has arrived (each after its own scale reads:
-  // an arrival releases only its own thread's reads, and compute-sanitizer's racecheck sees a lane-0
-  // arrival after __syncwarp as a race, run 51).
+  // scale copies; it is empty again once every consumer thread has arrived, each after its own scale reads
+  // (a lane-0 arrival after __syncwarp would rely on the release's cumulativity, which compute-sanitizer's
+  // racecheck reports as a race: run 51).
   init_stage_ring(full_bar, L::kStages, 128 * kConsumers, 1 + 32);
 
   // Warp-uniform as far as ptxas can tell (a broadcast lane), so that what derives from it (the
@@ -227,11 +227,12 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
             cp_async_4(scales + 4 * r, sx + static_cast<int64_t>(min(m0 + r, M - 1)) * kblocks + kb);
           }
           if (lane < 2) {
-            cp_async_4(scales + 4 * (L::kScaleW + lane), sw + static_cast<int64_t>(wblock) * kblocks + kb);
+            cp_async_4(scales + 4 * (kBlockM + lane), sw + static_cast<int64_t>(wblock) * kblocks + kb);
           }
           cp_async_arrive_noinc(full_bar + 8 * s);
         }
       }
+      asm volatile("cp.async.wait_all;" ::: "memory");  // no thread exits with copies in flight
     }
     return;
   }
@@ -248,7 +249,7 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   uint64_t const desc_b0 = kmajor_sw128_desc(base + L::kOffB);
   // Stage 0's x_scale of this thread's rows r and r + 8 (the fragment rows below), and its w_scale pair.
   uint32_t const scale_x0 = base + L::kOffScale + 4 * (64 * cw + 16 * warp + lane / 4);
-  uint32_t const scale_w0 = base + L::kOffScale + 4 * L::kScaleW;
+  uint32_t const scale_w0 = base + L::kOffScale + 4 * kBlockM;
   uint32_t it = 0;
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
     int t, kb0, kb1, piece, tm, tn;
