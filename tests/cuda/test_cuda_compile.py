@@ -182,6 +182,24 @@ def test_hand_written_wgmma_batches_stay_asynchronous(compiled):
     assert "C7514" not in log, [line for line in log.splitlines() if "C7514" in line]
 
 
+def test_hand_written_wgmma_register_handoff_fits_the_cta(compiled, ptx):
+    """setmaxnreg moves registers only within the CTA's own allocation (ptxas's count per thread times the
+    block's threads), not the SM's 65536: consumers whose `setmaxnreg.inc` asks for more than the producer's
+    `.dec` gave back wait forever. Run 50 hung so (producer 48, consumers 232, two consumer warpgroups:
+    128 x (48 + 2 x 232) = 65536 > 168 x 384)."""
+    rc, log = compiled["gemm_cuda_wgmma.cu"]
+    assert rc == 0
+    regs = {k["name"]: k["regs"] for k in _kernels(log) if "wgmma_gemm_kernel" in k["name"]}
+    bodies = {n: b for n, b in _entries(ptx["gemm_cuda_wgmma.cu"]).items() if "wgmma_gemm_kernel" in n}
+    assert len(regs) == 3 and bodies.keys() == regs.keys(), (sorted(regs), sorted(bodies))
+    for name, body in bodies.items():
+        consumers = int(re.search(r"ILi\d+ELi(\d)E", name).group(1))
+        (dec,) = map(int, re.findall(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+(\d+)", body))
+        (inc,) = map(int, re.findall(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+(\d+)", body))
+        threads = 128 * (1 + consumers)
+        assert 128 * (dec + consumers * inc) <= regs[name] * threads, (name[:90], dec, inc, regs[name])
+
+
 def test_decode_kernels_compile_for_each_row_count(compiled):
     """gemm_cuda_decode.cu: one instantiation per padded row count (wgmma N of 8, 16, 32, 64), sm_90a code with
     its wgmma loop (a guarded-out body would need a handful of registers), registers for two CTAs of 160
