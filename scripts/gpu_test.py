@@ -17,7 +17,8 @@ On the runner host (docker SDK; the job ran ``python -m scripts.preflight`` firs
    requirements/gpu-test.txt), checks that the ``kernels`` loader, in that image's torch, selects
    exactly this variant and imports it from /kernel/build, runs the GPU tests (pytest on
    tests/rocm/test_rocm_gpu.py and tests/kernel, ``GEMM_BUILD_DIR=/kernel/build``) and the
-   benchmark (``python -m benchmarks.run``), and writes ``/results/report.json``.
+   benchmark (``python -m benchmarks.run``, then ``benchmarks.compare`` against the checkout's committed
+   results of the variant, if any: information, never a failure), and writes ``/results/report.json``.
 4. The host writes ``checks.tests`` into the copied variant's metadata.json (the digest covers
    every file but metadata.json, so the artifact's bytes are unchanged): ``OUT/kernel/build/<variant>``
    is the tested artifact the release publishes.
@@ -381,6 +382,32 @@ def _chown_tree(root: Path) -> None:
         os.chown(path, int(uid), int(gid))
 
 
+def compare_with_committed(bench_dir: Path, checkout: Path) -> list[dict[str, Any]]:
+    """Each results file the benchmark wrote, against the checkout's committed file of the same platform and
+    variant (benchmarks/results/<platform>/<variant>.json) when there is one: the table next to the results
+    (<variant>.compare.txt) and the shapes benchmarks.compare flags, for the report. Information only: a
+    drift correction cannot make two runs on different days equal, so it never fails the job."""
+    from benchmarks import compare
+    from benchmarks import report as results
+
+    out: list[dict[str, Any]] = []
+    for new_path in sorted(bench_dir.glob("*.json")):
+        try:
+            new = results.read(new_path)
+            committed = checkout / "benchmarks" / "results" / new["platform"] / new_path.name
+            if not committed.is_file():
+                continue
+            result = compare.compare(results.read(committed), new)
+        except (results.SchemaError, ValueError) as exc:
+            out.append({"results": new_path.name, "error": str(exc)})
+            continue
+        (bench_dir / f"{new_path.stem}.compare.txt").write_text(compare.table(result) + "\n")
+        flagged = {v: [f"{r['m']}x{r['n']}x{r['k']} {r['layout']}" for r in result["rows"] if r["verdict"] == v]
+                   for v in ("slower", "faster")}  # fmt: skip
+        out.append({"results": new_path.name, "against": str(committed.relative_to(checkout)), **flagged})
+    return out
+
+
 def cmd_inside(args: argparse.Namespace) -> int:
     results = args.results
     results.mkdir(parents=True, exist_ok=True)
@@ -428,6 +455,8 @@ def cmd_inside(args: argparse.Namespace) -> int:
                          "--out", str(results / "bench"), "--no-plot", "--no-progress"]  # fmt: skip
             rc = _run_logged(bench_cmd, env, results / "bench.log")
             report["bench"] = {"ok": rc == 0, "exit_code": rc}
+            if rc == 0:
+                report["bench"]["compare"] = compare_with_committed(results / "bench", Path.cwd())
         report["ok"] = all(report.get(k, {}).get("ok", True) for k in ("loader", "pytest", "bench"))
     except GpuTestError as exc:
         report["error"] = str(exc)

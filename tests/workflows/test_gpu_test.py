@@ -15,6 +15,7 @@ import pytest
 import requests
 
 from scripts import gpu_test
+from tests.benchmarks.test_compare import ours_and_torch
 
 # Fictional versions: the real pairs live only in docker/matrix.yaml.
 VARIANT = "torch299-cxx11-rocm98-x86_64-linux"
@@ -283,3 +284,30 @@ def test_require_arch_reaches_the_container_and_defaults_to_gfx942(tmp_path):
     plan = gpu_test.make_plan(run_args(tmp_path))
     assert plan.require_arch == "gfx942"
     assert plan.container_kwargs(tmp_path, [])["command"][-2:] == ["--require-arch", "gfx942"]
+
+
+def test_benchmark_results_are_compared_with_the_committed_file_of_their_variant(tmp_path):
+    """After the benchmark, each results file is set beside the checkout's committed one of its platform and
+    variant (benchmarks.compare): the flagged shapes go to the report, the table next to the results; a
+    variant with no committed file is skipped, a broken committed file is reported, not raised."""
+    bench, checkout = tmp_path / "bench", tmp_path / "src"
+    committed_dir = checkout / "benchmarks" / "results" / "mi300x"
+    for d in (bench, committed_dir):
+        d.mkdir(parents=True)
+    old, new = ours_and_torch(10.0, 20.0, platform="mi300x"), ours_and_torch(12.0, 20.0, platform="mi300x")
+    (committed_dir / f"{VARIANT}.json").write_text(json.dumps(old))
+    (bench / f"{VARIANT}.json").write_text(json.dumps(new))
+    (bench / "torch200-other.json").write_text(json.dumps(new))  # nothing committed for it
+    (committed_dir / "torch201-broken.json").write_text("{")
+    (bench / "torch201-broken.json").write_text(json.dumps(new))
+    got = gpu_test.compare_with_committed(bench, checkout)
+    assert got[0]["results"] == "torch201-broken.json" and "cannot read results file" in got[0]["error"]
+    assert got[1:] == [
+        {
+            "results": f"{VARIANT}.json",
+            "against": f"benchmarks/results/mi300x/{VARIANT}.json",
+            "slower": ["64x256x512 natural"],
+            "faster": [],
+        }
+    ]
+    assert "slower" in (bench / f"{VARIANT}.compare.txt").read_text()
