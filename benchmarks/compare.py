@@ -1,17 +1,21 @@
 """Two results files of one platform side by side: how our time moved per shape and layout, corrected for
-the machine's drift by how a reference peer's time moved between the same two runs.
+the machine's drift between the two runs.
 
     python -m benchmarks.compare OLD.json NEW.json [--ours gemm] [--ref torch_blockwise] [--tolerance 0.03]
                                  [--json OUT.json] [--fail-on-slowdown]
 
-Per shape and layout: change = new time / old time of ours; ref change = the same for the reference peer
-(looked up on the natural layout when it has no record on this one); corrected = change / ref change. The
-GPU's speed drifts between runs (clocks under a power cap, the neighbours of a shared host): torch's blockwise
-path took 159 and 179 us at 6144x7168x2048 in two H200 runs of the same day (runs 36 and 52).
-A shape is flagged `slower` (or `faster`) when its corrected change is beyond 1 +- the larger of the
-tolerance and the noise, the widest spread of round medians among the four records involved.
+Per shape and layout: change = new time / old time of ours. The GPU's speed drifts between runs (clocks
+under a power cap, a shared host), so every change is divided by the drift: the geometric mean of the
+reference peer's own changes (`--ref`) over every shape and layout both files time it on; without such
+times, no correction. One number for the pair of files rather than the peer's change on each shape, as a
+peer's time on one shape moves by more than the machine does: torch's blockwise path at 6144x7168x2048 took
+159 us in H200 run 36 and 179 us in run 52, while its geomean over 19 shapes moved 1.6 %. A shape is
+flagged `slower` or `faster` when its corrected change is beyond 1 +- the larger of the tolerance and its
+noise, the wider spread of its round medians (max / min - 1) in the two runs. Records without a positive
+time are left out.
 
-Exit status: 0; 1 with --fail-on-slowdown when a shape is flagged slower; 2 when a file cannot be read.
+Exit status: 0; 1 with --fail-on-slowdown when a shape is flagged slower; 2 when a file cannot be read or
+the two cannot be compared (different platforms, a shape timed twice).
 """
 
 from __future__ import annotations
@@ -27,33 +31,42 @@ from benchmarks import report
 Key = tuple[int, int, int, str]
 
 
-def _times(doc: dict, impl: str) -> dict[Key, dict]:
-    return {(r["m"], r["n"], r["k"], r["layout"]): r for r in doc["records"] if r["impl"] == impl}
+def _records(doc: dict, impl: str) -> dict[Key, dict]:
+    """impl's records with a positive time, by (m, n, k, layout); a key timed twice is refused."""
+    out: dict[Key, dict] = {}
+    for r in doc["records"]:
+        if r["impl"] != impl or not r["us"] > 0:
+            continue
+        key = (r["m"], r["n"], r["k"], r["layout"])
+        if key in out:
+            raise ValueError(f"{impl} is timed twice at {r['m']}x{r['n']}x{r['k']} {r['layout']}")
+        out[key] = r
+    return out
 
 
-def _spread(rec: dict | None) -> float:
+def _spread(rec: dict) -> float:
     """How far apart a record's round medians are (max / min - 1); 0 with fewer than two rounds."""
-    rounds = [t for t in (rec or {}).get("round_us") or [] if t > 0]
+    rounds = [float(t) for t in rec.get("round_us") or [] if float(t) > 0]
     return max(rounds) / min(rounds) - 1 if len(rounds) > 1 else 0.0
 
 
-def _ref_record(refs: dict[Key, dict], key: Key) -> dict | None:
-    return refs.get(key) or refs.get((*key[:3], "natural"))
+def drift(old_ref: dict[Key, dict], new_ref: dict[Key, dict]) -> float | None:
+    """Geomean of the reference's new / old time over the keys both files time it on; None without any."""
+    common = old_ref.keys() & new_ref.keys()
+    return statistics.geometric_mean([new_ref[k]["us"] / old_ref[k]["us"] for k in common]) if common else None
 
 
 def compare(old: dict, new: dict, ours: str = "gemm", ref: str = "torch_blockwise", tolerance: float = 0.03) -> dict:
-    """Rows for every shape and layout that both files time for `ours`, plus the keys found in only one."""
+    """Rows for every shape and layout that both files time for `ours`, plus the keys timed in one only."""
     if old["platform"] != new["platform"]:
         raise ValueError(f"the two files are from different platforms: {old['platform']!r} and {new['platform']!r}")
-    old_ours, new_ours = _times(old, ours), _times(new, ours)
-    old_ref, new_ref = _times(old, ref), _times(new, ref)
+    old_ours, new_ours = _records(old, ours), _records(new, ours)
+    machine = drift(_records(old, ref), _records(new, ref))
     rows = []
     for key in sorted(old_ours.keys() & new_ours.keys(), key=lambda k: (k[3], k[:3])):
         change = new_ours[key]["us"] / old_ours[key]["us"]
-        ro, rn = _ref_record(old_ref, key), _ref_record(new_ref, key)
-        ref_change = rn["us"] / ro["us"] if ro and rn else None
-        corrected = change / ref_change if ref_change else change
-        noise = max(tolerance, *(_spread(r) for r in (old_ours[key], new_ours[key], ro, rn)))
+        corrected = change / (machine or 1.0)
+        noise = max(tolerance, _spread(old_ours[key]), _spread(new_ours[key]))
         verdict = "slower" if corrected > 1 + noise else "faster" if corrected < 1 - noise else ""
         m, n, k, layout = key
         rows.append(
@@ -65,44 +78,49 @@ def compare(old: dict, new: dict, ours: str = "gemm", ref: str = "torch_blockwis
                 "old_us": old_ours[key]["us"],
                 "new_us": new_ours[key]["us"],
                 "change": round(change, 4),
-                "ref_change": None if ref_change is None else round(ref_change, 4),
                 "corrected": round(corrected, 4),
                 "noise": round(noise, 4),
                 "verdict": verdict,
             }
         )
     only = sorted(old_ours.keys() ^ new_ours.keys())
-    return {"ours": ours, "ref": ref, "tolerance": tolerance, "rows": rows, "unmatched": [list(k) for k in only]}
+    return {
+        "ours": ours,
+        "ref": ref,
+        "drift": None if machine is None else round(machine, 4),
+        "tolerance": tolerance,
+        "rows": rows,
+        "unmatched": [list(k) for k in only],
+    }
 
 
 def table(result: dict) -> str:
+    if result["drift"] is None:
+        how = f"not corrected: no {result['ref']} times in both files"
+    else:
+        how = f"corrected by the drift {result['drift']:.3f} (geomean of {result['ref']}'s own new / old times)"
     lines = [
-        f"{result['ours']}: new time / old time per shape, corrected by {result['ref']}'s own change "
-        f"(flagged beyond 1 +- max(tolerance {result['tolerance']:g}, the round medians' spread))"
+        f"{result['ours']}: new time / old time per shape, {how}; flagged beyond 1 +- max(tolerance "
+        f"{result['tolerance']:g}, the round medians' spread)"
     ]
     for layout in sorted({r["layout"] for r in result["rows"]}):
         rows = [r for r in result["rows"] if r["layout"] == layout]
-        lines += [
-            "",
-            f"layout {layout}:",
-            f"  {'M x N x K':<16}{'old us':>10}{'new us':>10}{'change':>8}{'ref':>8}"
-            f"{'corrected':>11}{'noise':>7}  verdict",
-        ]
+        lines += ["", f"layout {layout}:"]
+        lines.append(
+            f"  {'M x N x K':<16}{'old us':>10}{'new us':>10}{'change':>8}{'corrected':>11}{'noise':>8}  verdict"
+        )
         for r in rows:
             shape = f"{r['m']}x{r['n']}x{r['k']}"
-            ref = "-" if r["ref_change"] is None else f"{r['ref_change']:.3f}"
             lines.append(
-                f"  {shape:<16}{r['old_us']:>10.1f}{r['new_us']:>10.1f}{r['change']:>8.3f}{ref:>8}"
-                f"{r['corrected']:>11.3f}{r['noise']:>7.3f}  {r['verdict']}"
+                f"  {shape:<16}{r['old_us']:>10.1f}{r['new_us']:>10.1f}{r['change']:>8.3f}{r['corrected']:>11.4f}"
+                f"{r['noise']:>8.4f}  {r['verdict']}"
             )
         gm_change = statistics.geometric_mean([r["change"] for r in rows])
         gm_corrected = statistics.geometric_mean([r["corrected"] for r in rows])
-        lines.append(f"  {'geomean':<36}{gm_change:>8.3f}{'':>8}{gm_corrected:>11.3f}")
+        lines.append(f"  {'geomean':<36}{gm_change:>8.3f}{gm_corrected:>11.4f}")
     if result["unmatched"]:
-        lines += [
-            "",
-            "timed in one file only: " + ", ".join(f"{m}x{n}x{k} {lay}" for m, n, k, lay in result["unmatched"]),
-        ]
+        shapes = ", ".join(f"{m}x{n}x{k} {lay}" for m, n, k, lay in result["unmatched"])
+        lines += ["", f"timed in one file only: {shapes}"]
     return "\n".join(lines)
 
 

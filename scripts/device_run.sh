@@ -132,11 +132,11 @@ PY
   timeout 360 python3 -m benchmarks.run --shapes challenge,8192x8192x8192 --out "$OUT/h200" 2>&1 \
     | tee "$OUT/bench.log" | tail -n 50 || rc=1
   # Against the committed results of the same variant: what moved beyond the drift torch's own times show.
-  for f in "$OUT"/h200/*.json; do
-    committed=benchmarks/results/h200/$(basename "$f")
+  for f in "$OUT"/h200/torch*.json; do
+    variant=$(basename "$f" .json); committed=benchmarks/results/h200/$variant.json
     [ -f "$committed" ] || continue
-    python3 -m benchmarks.compare "$committed" "$f" --json "$OUT/compare.json" > "$OUT/compare.log" 2>&1
-    grep -E "slower|faster|geomean" "$OUT/compare.log"
+    python3 -m benchmarks.compare "$committed" "$f" --json "$OUT/compare-$variant.json" > "$OUT/compare-$variant.log" 2>&1
+    grep -E "drift|slower|faster|geomean|error" "$OUT/compare-$variant.log"
   done
   [ "$mode" = study ] && exit $rc
   timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernel tests/cuda/test_cuda_gpu.py 2>&1 \

@@ -398,13 +398,14 @@ def compare_with_committed(bench_dir: Path, checkout: Path) -> list[dict[str, An
             if not committed.is_file():
                 continue
             result = compare.compare(results.read(committed), new)
-        except (results.SchemaError, ValueError) as exc:
-            out.append({"results": new_path.name, "error": str(exc)})
+            (bench_dir / f"{new_path.stem}.compare.txt").write_text(compare.table(result) + "\n")
+        except Exception as exc:  # noqa: BLE001 (a committed file of any shape must not fail the GPU job)
+            out.append({"results": new_path.name, "error": f"{type(exc).__name__}: {exc}"})
             continue
-        (bench_dir / f"{new_path.stem}.compare.txt").write_text(compare.table(result) + "\n")
         flagged = {v: [f"{r['m']}x{r['n']}x{r['k']} {r['layout']}" for r in result["rows"] if r["verdict"] == v]
                    for v in ("slower", "faster")}  # fmt: skip
-        out.append({"results": new_path.name, "against": str(committed.relative_to(checkout)), **flagged})
+        out.append({"results": new_path.name, "against": str(committed.relative_to(checkout)),
+                    "drift": result["drift"], **flagged})  # fmt: skip
     return out
 
 

@@ -1,5 +1,5 @@
-"""benchmarks.compare on synthetic results files: our change corrected by the reference peer's, the noise
-floor from the round medians, files that cannot be compared."""
+"""benchmarks.compare on synthetic results files: our change corrected by the drift (the reference peer's
+geomean change), the noise floor from the round medians, files that cannot be compared."""
 
 from __future__ import annotations
 
@@ -7,60 +7,37 @@ import json
 
 import pytest
 
-from benchmarks import compare, report
-
-Times = dict[tuple[int, str, str], "float | tuple[float, list[float]]"]
-
-
-def results_doc(times: Times, platform: str = "h200") -> dict:
-    """A valid results file: one record per (m, layout, impl) -> us, or (us, round medians); n=256, k=512."""
-    records = []
-    for (m, layout, impl), t in times.items():
-        us, rounds = t if isinstance(t, tuple) else (t, [t, t, t])
-        records.append(
-            {
-                "m": m,
-                "n": 256,
-                "k": 512,
-                "layout": layout,
-                "impl": impl,
-                "us": us,
-                "us_min": us,
-                "us_max": us,
-                "reps": 20,
-                "tflops": 1.0,
-                "pct_sol": None,
-                "check": "elementwise",
-                "outside_tol": 0,
-                "max_abs_err": 0.0,
-                "rel_err": 0.0,
-                "round_us": rounds,
-            }  # fmt: skip
-        )
-    doc = {"schema": report.SCHEMA, "platform": platform, "variant": "v", "date": "2026-12-03T00:00:00Z", "env": {},
-           "config": {}, "sol": None, "impls": {impl: {} for (_, _, impl) in times}, "records": records,
-           "refused": []}  # fmt: skip
-    return report.validate(doc)
-
-
-def ours_and_torch(ours: float, torch: float, m: int = 64, platform: str = "h200") -> dict:
-    return results_doc({(m, "natural", "gemm"): ours, (m, "natural", "torch_blockwise"): torch}, platform)
+from benchmarks import compare
+from tests.benchmarks.results_files import ours_and_torch, results_doc
 
 
 def _rows(result: dict) -> dict[tuple[int, str], dict]:
     return {(r["m"], r["layout"]): r for r in result["rows"]}
 
 
-def test_a_slowdown_of_ours_alone_is_flagged_and_drift_is_not():
-    # 64: ours 10 % slower, torch unchanged; 128: both 10 % slower (the machine)
+def test_a_slowdown_of_ours_alone_is_flagged_and_the_machines_drift_is_not():
+    # torch 10 % slower on both shapes (the machine); ours 10 % slower on 128 (the drift), 21 % on 64
     old = results_doc({(64, "natural", "gemm"): 10.0, (64, "natural", "torch_blockwise"): 20.0,
                        (128, "natural", "gemm"): 10.0, (128, "natural", "torch_blockwise"): 20.0})  # fmt: skip
-    new = results_doc({(64, "natural", "gemm"): 11.0, (64, "natural", "torch_blockwise"): 20.0,
+    new = results_doc({(64, "natural", "gemm"): 12.1, (64, "natural", "torch_blockwise"): 22.0,
                        (128, "natural", "gemm"): 11.0, (128, "natural", "torch_blockwise"): 22.0})  # fmt: skip
-    rows = _rows(compare.compare(old, new))
+    result = compare.compare(old, new)
+    rows = _rows(result)
+    assert result["drift"] == pytest.approx(1.1)
     assert rows[64, "natural"]["verdict"] == "slower" and rows[64, "natural"]["corrected"] == pytest.approx(1.1)
     assert rows[128, "natural"]["verdict"] == "" and rows[128, "natural"]["corrected"] == pytest.approx(1.0)
     assert rows[128, "natural"]["change"] == pytest.approx(1.1)
+
+
+def test_the_drift_is_one_number_so_a_peers_move_on_one_shape_is_not_ours():
+    # torch moved 21 % on 64 only: the drift is its geomean (1.1), and ours, unchanged, is 9 % faster there
+    old = results_doc({(64, "natural", "gemm"): 10.0, (64, "natural", "torch_blockwise"): 20.0,
+                       (128, "natural", "gemm"): 10.0, (128, "natural", "torch_blockwise"): 20.0})  # fmt: skip
+    new = results_doc({(64, "natural", "gemm"): 10.0, (64, "natural", "torch_blockwise"): 24.2,
+                       (128, "natural", "gemm"): 10.0, (128, "natural", "torch_blockwise"): 20.0})  # fmt: skip
+    result = compare.compare(old, new)
+    assert result["drift"] == pytest.approx(1.1)
+    assert {r["m"]: r["verdict"] for r in result["rows"]} == {64: "faster", 128: "faster"}
 
 
 def test_a_change_within_the_round_medians_spread_is_noise():
@@ -69,20 +46,23 @@ def test_a_change_within_the_round_medians_spread_is_noise():
     assert row["noise"] == pytest.approx(11 / 9 - 1, abs=1e-4) and row["verdict"] == ""
 
 
-def test_seed_records_take_the_reference_from_the_natural_layout_and_faster_is_reported():
+def test_seed_records_are_corrected_by_the_same_drift():
     old = results_doc({(64, "seed", "gemm"): 10.0, (64, "natural", "torch_blockwise"): 20.0})
-    new = results_doc({(64, "seed", "gemm"): 8.0, (64, "natural", "torch_blockwise"): 20.0})
+    new = results_doc({(64, "seed", "gemm"): 8.8, (64, "natural", "torch_blockwise"): 22.0})
     row = _rows(compare.compare(old, new))[64, "seed"]
-    assert row["ref_change"] == pytest.approx(1.0) and row["verdict"] == "faster"
+    assert row["corrected"] == pytest.approx(0.8) and row["verdict"] == "faster"
 
 
-def test_without_the_reference_the_plain_change_is_used_and_unmatched_shapes_are_listed():
-    old = results_doc({(64, "natural", "gemm"): 10.0, (128, "natural", "gemm"): 5.0})
-    new = results_doc({(64, "natural", "gemm"): 10.5, (256, "natural", "gemm"): 5.0})
+def test_without_the_reference_nothing_is_corrected_and_unusable_or_unmatched_shapes_are_listed():
+    old = results_doc({(64, "natural", "gemm"): 10.0, (128, "natural", "gemm"): 5.0, (32, "natural", "gemm"): 0.0})
+    new = results_doc({(64, "natural", "gemm"): 10.5, (256, "natural", "gemm"): 5.0, (32, "natural", "gemm"): 1.0})
     result = compare.compare(old, new)
-    assert [(r["m"], r["ref_change"], r["corrected"]) for r in result["rows"]] == [(64, None, 1.05)]
-    assert result["unmatched"] == [[128, 256, 512, "natural"], [256, 256, 512, "natural"]]
-    assert "timed in one file only: 128x256x512 natural, 256x256x512 natural" in compare.table(result)
+    assert result["drift"] is None
+    assert [(r["m"], r["corrected"]) for r in result["rows"]] == [(64, 1.05)]
+    assert result["unmatched"] == [[32, 256, 512, "natural"], [128, 256, 512, "natural"], [256, 256, 512, "natural"]]
+    text = compare.table(result)
+    assert "not corrected: no torch_blockwise times in both files" in text
+    assert "timed in one file only: 32x256x512 natural, 128x256x512 natural, 256x256x512 natural" in text
 
 
 def test_cli_exit_status_table_and_json(tmp_path, capsys):
@@ -97,12 +77,14 @@ def test_cli_exit_status_table_and_json(tmp_path, capsys):
     assert json.loads(out.read_text())["rows"][0]["verdict"] == "slower"
 
 
-def test_unreadable_or_mismatched_files_are_refused_with_a_reason(tmp_path, capsys):
-    good, cpu, bad = tmp_path / "good.json", tmp_path / "cpu.json", tmp_path / "bad.json"
+def test_files_that_cannot_be_compared_are_refused_with_a_reason(tmp_path, capsys):
+    good, cpu, bad, twice = (tmp_path / f"{name}.json" for name in ("good", "cpu", "bad", "twice"))
     good.write_text(json.dumps(ours_and_torch(10.0, 20.0)))
     cpu.write_text(json.dumps(ours_and_torch(10.0, 20.0, platform="cpu")))
     bad.write_text("{not json")
-    assert compare.main([str(good), str(bad)]) == 2
-    assert "cannot read results file" in capsys.readouterr().err
-    assert compare.main([str(good), str(cpu)]) == 2
-    assert "different platforms" in capsys.readouterr().err
+    doc = ours_and_torch(10.0, 20.0)
+    doc["records"].append(dict(doc["records"][0]))
+    twice.write_text(json.dumps(doc))
+    for other, reason in ((bad, "cannot read results file"), (cpu, "different platforms"), (twice, "timed twice")):
+        assert compare.main([str(good), str(other)]) == 2
+        assert reason in capsys.readouterr().err

@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from scripts import gpu_test
-from tests.benchmarks.test_compare import ours_and_torch
+from tests.benchmarks.results_files import ours_and_torch
 
 # Fictional versions: the real pairs live only in docker/matrix.yaml.
 VARIANT = "torch299-cxx11-rocm98-x86_64-linux"
@@ -288,26 +288,30 @@ def test_require_arch_reaches_the_container_and_defaults_to_gfx942(tmp_path):
 
 def test_benchmark_results_are_compared_with_the_committed_file_of_their_variant(tmp_path):
     """After the benchmark, each results file is set beside the checkout's committed one of its platform and
-    variant (benchmarks.compare): the flagged shapes go to the report, the table next to the results; a
-    variant with no committed file is skipped, a broken committed file is reported, not raised."""
+    variant (benchmarks.compare): the drift and the flagged shapes go to the report, the table next to the
+    results; a variant with no committed file is skipped; a committed file that cannot be compared (broken
+    JSON, a round median that is not a number) is reported, never raised."""
     bench, checkout = tmp_path / "bench", tmp_path / "src"
     committed_dir = checkout / "benchmarks" / "results" / "mi300x"
     for d in (bench, committed_dir):
         d.mkdir(parents=True)
     old, new = ours_and_torch(10.0, 20.0, platform="mi300x"), ours_and_torch(12.0, 20.0, platform="mi300x")
     (committed_dir / f"{VARIANT}.json").write_text(json.dumps(old))
-    (bench / f"{VARIANT}.json").write_text(json.dumps(new))
-    (bench / "torch200-other.json").write_text(json.dumps(new))  # nothing committed for it
+    odd = json.loads(json.dumps(old))
+    odd["records"][0]["round_us"] = ["fast", 10.0]
+    (committed_dir / "torch202-odd.json").write_text(json.dumps(odd))
     (committed_dir / "torch201-broken.json").write_text("{")
-    (bench / "torch201-broken.json").write_text(json.dumps(new))
-    got = gpu_test.compare_with_committed(bench, checkout)
-    assert got[0]["results"] == "torch201-broken.json" and "cannot read results file" in got[0]["error"]
-    assert got[1:] == [
-        {
-            "results": f"{VARIANT}.json",
-            "against": f"benchmarks/results/mi300x/{VARIANT}.json",
-            "slower": ["64x256x512 natural"],
-            "faster": [],
-        }
-    ]
+    for name in (f"{VARIANT}.json", "torch200-other.json", "torch201-broken.json", "torch202-odd.json"):
+        (bench / name).write_text(json.dumps(new))  # torch200-other: nothing committed for it
+    got = {entry["results"]: entry for entry in gpu_test.compare_with_committed(bench, checkout)}
+    assert sorted(got) == sorted([f"{VARIANT}.json", "torch201-broken.json", "torch202-odd.json"])
+    assert "cannot read results file" in got["torch201-broken.json"]["error"]
+    assert got["torch202-odd.json"]["error"].startswith("ValueError")
+    assert got[f"{VARIANT}.json"] == {
+        "results": f"{VARIANT}.json",
+        "against": f"benchmarks/results/mi300x/{VARIANT}.json",
+        "drift": 1.0,
+        "slower": ["64x256x512 natural"],
+        "faster": [],
+    }
     assert "slower" in (bench / f"{VARIANT}.compare.txt").read_text()
