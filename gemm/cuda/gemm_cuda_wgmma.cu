@@ -284,11 +284,11 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
     }
 
     if (piece >= 0) {  // slots: (split tile, piece, consumer warpgroup) blocks of 64 x BN floats
+      int const split = t - sched.dp_tiles;  // which split tile
       int64_t const slot_stride = int64_t{kBlockM} * BN;
-      int64_t const first = static_cast<int64_t>(t - sched.dp_tiles) * sched.pieces * slot_stride;
-      if (!split_fixup<BN / 2>(out, partials + first + cw * 64 * BN,
-                               counters + (t - sched.dp_tiles) * kConsumers + cw, piece, sched.pieces,
-                               slot_stride, 1 + cw, t128)) {
+      int64_t const first = static_cast<int64_t>(split) * sched.pieces * slot_stride;
+      if (!split_fixup<BN / 2>(out, partials + first + cw * 64 * BN, counters + split * kConsumers + cw, piece,
+                               sched.pieces, slot_stride, 1 + cw, t128)) {
         continue;
       }
     }

@@ -15,13 +15,15 @@ def _rows(result: dict) -> dict[tuple[int, str], dict]:
     return {(r["m"], r["layout"]): r for r in result["rows"]}
 
 
+def two_shapes(ours64: float, torch64: float, ours128: float, torch128: float) -> dict:
+    """Shapes 64 and 128 (x 256 x 512), natural layout, timed for gemm and torch_blockwise."""
+    return results_doc({(64, "natural", "gemm"): ours64, (64, "natural", "torch_blockwise"): torch64,
+                        (128, "natural", "gemm"): ours128, (128, "natural", "torch_blockwise"): torch128})  # fmt: skip
+
+
 def test_a_slowdown_of_ours_alone_is_flagged_and_the_machines_drift_is_not():
     # torch 10 % slower on both shapes (the machine); ours 10 % slower on 128 (the drift), 21 % on 64
-    old = results_doc({(64, "natural", "gemm"): 10.0, (64, "natural", "torch_blockwise"): 20.0,
-                       (128, "natural", "gemm"): 10.0, (128, "natural", "torch_blockwise"): 20.0})  # fmt: skip
-    new = results_doc({(64, "natural", "gemm"): 12.1, (64, "natural", "torch_blockwise"): 22.0,
-                       (128, "natural", "gemm"): 11.0, (128, "natural", "torch_blockwise"): 22.0})  # fmt: skip
-    result = compare.compare(old, new)
+    result = compare.compare(two_shapes(10.0, 20.0, 10.0, 20.0), two_shapes(12.1, 22.0, 11.0, 22.0))
     rows = _rows(result)
     assert result["drift"] == pytest.approx(1.1)
     assert rows[64, "natural"]["verdict"] == "slower" and rows[64, "natural"]["corrected"] == pytest.approx(1.1)
@@ -31,11 +33,7 @@ def test_a_slowdown_of_ours_alone_is_flagged_and_the_machines_drift_is_not():
 
 def test_the_drift_is_one_number_so_a_peers_move_on_one_shape_is_not_ours():
     # torch moved 21 % on 64 only: the drift is its geomean (1.1), and ours, unchanged, is 9 % faster there
-    old = results_doc({(64, "natural", "gemm"): 10.0, (64, "natural", "torch_blockwise"): 20.0,
-                       (128, "natural", "gemm"): 10.0, (128, "natural", "torch_blockwise"): 20.0})  # fmt: skip
-    new = results_doc({(64, "natural", "gemm"): 10.0, (64, "natural", "torch_blockwise"): 24.2,
-                       (128, "natural", "gemm"): 10.0, (128, "natural", "torch_blockwise"): 20.0})  # fmt: skip
-    result = compare.compare(old, new)
+    result = compare.compare(two_shapes(10.0, 20.0, 10.0, 20.0), two_shapes(10.0, 24.2, 10.0, 20.0))
     assert result["drift"] == pytest.approx(1.1)
     assert {r["m"]: r["verdict"] for r in result["rows"]} == {64: "faster", 128: "faster"}
 
