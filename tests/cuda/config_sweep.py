@@ -51,8 +51,8 @@ def parse_variant(spec: str) -> dict | None:
         return {"pertensor": True}
     if spec == "pick":
         return {"cfg": -1}
-    if m := re.fullmatch(r"(?:spick|seed(\d+))(nopdl)?", spec):  # nopdl: Tuning.pdl off
-        return {"cfg": int(m.group(1) or -1), "layout": "seed", "pdl": not m.group(2)}
+    if m := re.fullmatch(r"(?:spick|seed(\d+)(?:p(\d+))?)(nopdl)?", spec):  # nopdl: Tuning.pdl off
+        return {"cfg": int(m.group(1) or -1), "layout": "seed", "pdl": not m.group(3), "splits": int(m.group(2) or 1)}
     m = re.fullmatch(r"c(\d+)((?:[rspk]\d+)*)", spec)
     if not m:
         raise SystemExit(f"bad variant {spec!r}: want pick, torch or c<cfg>[r<n>][s<n>][p<n>][k<n>]")
@@ -72,7 +72,11 @@ def calls(mod, sets, outs, knobs: dict | None) -> list:
         return [(lambda s=s: pertensor_fp8(s.x, s.w, one)) for s in sets]
     if knobs.get("layout") == "seed":
         return [
-            (lambda s=s, o=o: mod.seed_cfg(o, s.a, s.b, s.a_scale, s.b_scale, knobs["cfg"], knobs["pdl"]))
+            (
+                lambda s=s, o=o: mod.seed_cfg(
+                    o, s.a, s.b, s.a_scale, s.b_scale, knobs["cfg"], knobs["pdl"], knobs["splits"]
+                )
+            )
             for s, o in zip(sets, outs, strict=True)
         ]
     return [

@@ -49,7 +49,7 @@ def main() -> int:
     ap.add_argument("--kernel-dir", default=None, help="a build/ dir to load through kernels instead")
     ap.add_argument("--shapes", type=int, default=len(SHAPES), help="use only the first N shapes")
     ap.add_argument("--cfg", type=int, default=-1, help="JIT build only: force this configuration on every call")
-    ap.add_argument("--splits", type=int, default=1, help="with --cfg: Tuning.splits of the natural calls")
+    ap.add_argument("--splits", type=int, default=1, help="with --cfg: Tuning.splits of the calls")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     if args.kernel_dir:
@@ -65,9 +65,10 @@ def main() -> int:
     else:
         mod = dc.load_jit(args.prebuilt)
         natural, seed = mod.gemm_natural, mod.gemm_seed
-        if args.cfg >= 0:
-            natural = functools.partial(mod.natural_cfg, cfg=args.cfg, splits=args.splits)
-            seed = functools.partial(mod.seed_cfg, cfg=args.cfg)
+        if args.cfg >= 0:  # a seed-only configuration leaves the natural calls to the heuristic
+            if "seed" not in mod.config_name(args.cfg):
+                natural = functools.partial(mod.natural_cfg, cfg=args.cfg, splits=args.splits)
+            seed = functools.partial(mod.seed_cfg, cfg=args.cfg, splits=args.splits)
     gen = torch.Generator(device="cuda")
     gen.manual_seed(7)
     failures = 0
