@@ -39,9 +39,6 @@ constexpr int kWide192Config = 7;
 constexpr int kTall192Config = 8;
 // M <= 64: w streamed through 64-row tiles with the operands swapped, in K slices (gemm_cuda_decode.cu).
 constexpr int kDecodeConfig = 9;
-// The seed layout read as it is, transposed in shared memory inside the 128x128 wgmma kernel
-// (gemm_cuda_wgmma.cu); the other configurations run the seed layout after the preparation pass.
-constexpr int kSeedConfig = 10;
 
 ConfigEntry const kConfigs[] = {
     {kNameCfg0, &workspace_cfg0, &run_cfg0}, {kNameCfg1, &workspace_cfg1, &run_cfg1},
@@ -49,7 +46,6 @@ ConfigEntry const kConfigs[] = {
     {kNameCfg4, &workspace_cfg4, &run_cfg4}, {kNameCfg5, &workspace_cfg5, &run_cfg5},
     {kNameCfg6, &workspace_cfg6, &run_cfg6}, {kNameCfg7, &workspace_cfg7, &run_cfg7},
     {kNameCfg8, &workspace_cfg8, &run_cfg8}, {kNameCfg9, &workspace_cfg9, &run_cfg9},
-    {kNameCfg10, &workspace_cfg10, &run_cfg10},
 };
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
 
@@ -94,7 +90,6 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
   if (tuning.cfg < 0) tuning = pick_tuning(M, N, K);
   int const cfg = tuning.cfg;
   TORCH_CHECK(cfg < kNumConfigs, "gemm (cuda): no configuration ", cfg);
-  TORCH_CHECK(cfg != kSeedConfig, "gemm (cuda): configuration ", cfg, " takes the seed layout only");
   TORCH_CHECK(cfg != kDecodeConfig || M <= 64, "gemm (cuda): the decode configuration takes M <= 64, got M=", M);
   // fp32 partials per K slice: always for the K-sliced configuration, for the decode one from 2 slices.
   bool const sliced = cfg == kKSliceConfig || (cfg == kDecodeConfig && tuning.kslices > 1);
@@ -312,54 +307,12 @@ void seed_prepare(at::Tensor &x, at::Tensor &w, at::Tensor &x_scale, at::Tensor 
   C10_CUDA_CHECK(launch_seed_prep(p, c10::cuda::getCurrentCUDAStream(a.get_device()).stream()));
 }
 
-// Whether the seed-layout kernel takes this call: TMA reads rows of M and N bytes (multiples of 16) from
-// 16-byte aligned bases, and writes c's rows directly.
-static bool seed_kernel_fits(at::Tensor const &c, at::Tensor const &a, at::Tensor const &b) {
-  int64_t const K = a.size(0), M = a.size(1), N = b.size(1);
-  return M % 16 == 0 && N % 16 == 0 && M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX &&
-         aligned16(a.data_ptr()) && aligned16(b.data_ptr()) && aligned16(c.data_ptr());
-}
-
-// The seed layout in one kernel (kSeedConfig): a, b and both scales read as they are.
-static void seed_kernel(at::Tensor &c, at::Tensor const &a, at::Tensor const &b, at::Tensor const &a_scale,
-                        at::Tensor const &b_scale, Tuning tuning) {
-  GemmArgs g{};
-  g.seed_layout = true;
-  g.d = c.data_ptr();
-  g.ldd = c.size(1);
-  g.x = a.data_ptr();
-  g.w = b.data_ptr();
-  g.sx = a_scale.data_ptr<float>();
-  g.sw = b_scale.data_ptr<float>();
-  g.M = static_cast<int>(a.size(1));
-  g.N = static_cast<int>(b.size(1));
-  g.K = static_cast<int>(a.size(0));
-  g.device = a.get_device();
-  g.sm_count = sm_count(g.device);
-  g.raster = tuning.raster;
-  g.swizzle = tuning.swizzle;
-  g.splits = tuning.splits;
-  size_t const ws_bytes = kConfigs[kSeedConfig].workspace(g);
-  at::Tensor workspace;
-  if (ws_bytes > 0) workspace = at::empty({static_cast<int64_t>(ws_bytes)}, a.options().dtype(at::kByte));
-  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(g.device).stream();
-  int const rc = kConfigs[kSeedConfig].run(g, ws_bytes > 0 ? workspace.data_ptr() : nullptr, stream);
-  check_cutlass(rc, kSeedConfig, g.M, g.N, g.K);
-}
-
 void seed_with_config(at::Tensor &c, at::Tensor const &a, at::Tensor const &b, at::Tensor const &a_scale,
                       at::Tensor const &b_scale, Tuning tuning) {
   check_fp8_cuda(a, "a");
   check_fp8_cuda(b, "b");
   c10::cuda::CUDAGuard guard(a.device());
   int64_t const K = a.size(0), M = a.size(1), N = b.size(1);
-  if (tuning.cfg == kSeedConfig) {
-    if (seed_kernel_fits(c, a, b)) {
-      seed_kernel(c, a, b, a_scale, b_scale, tuning);
-      return;
-    }
-    tuning = Tuning{};  // a shape it cannot take: the preparation and the natural path's choice
-  }
   int64_t const KB = K / kBlock, NB = (N + kBlock - 1) / kBlock;
   at::Tensor x = at::empty({M, K}, a.options());
   at::Tensor w = at::empty({N, K}, b.options());

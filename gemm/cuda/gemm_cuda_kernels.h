@@ -40,9 +40,6 @@ struct GemmArgs {
   // nothing else is queued in between; configurations 3 and 4 (2-CTA clusters) ignore it. (The
   // preparation does not trigger its dependents early: runs 29-30 measured that 1-17 us slower.)
   bool pdl = false;
-  // The operands and scales in the seed layout instead: x = a (K, M), w = b (K, N), sx = a_scale (K/128, M),
-  // sw = b_scale (K/128, ceil(N/128)). Only the seed-layout configuration (10) takes it, and only it.
-  bool seed_layout = false;
 };
 
 // Launches kKernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent of the stream's
@@ -97,7 +94,6 @@ GEMM_CUDA_DECLARE_CONFIG(6)  // hand-written wgmma kernels (gemm_cuda_wgmma.cu)
 GEMM_CUDA_DECLARE_CONFIG(7)
 GEMM_CUDA_DECLARE_CONFIG(8)
 GEMM_CUDA_DECLARE_CONFIG(9)  // decode-like shapes, M <= 64 (gemm_cuda_decode.cu)
-GEMM_CUDA_DECLARE_CONFIG(10)  // seed layout, transposed in shared memory (gemm_cuda_wgmma.cu)
 
 #undef GEMM_CUDA_DECLARE_CONFIG
 

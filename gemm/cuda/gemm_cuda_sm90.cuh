@@ -97,22 +97,6 @@ __device__ __forceinline__ float2 ld_shared_f32x2(uint32_t addr) {
   return v;
 }
 
-__device__ __forceinline__ uint32_t ld_shared_u32(uint32_t addr) {
-  uint32_t v;
-  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void st_shared_v4(uint32_t addr, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
-
-// Orders this thread's earlier generic-proxy shared-memory writes before later async-proxy reads (wgmma
-// reading operands that threads, not TMA, stored).
-__device__ __forceinline__ void fence_proxy_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
 __device__ __forceinline__ void tma_load(void const *map, uint32_t bar, uint32_t dst, int c0, int c1) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
@@ -146,34 +130,23 @@ __device__ __forceinline__ bool named_sync_or(int id, bool pred) {
   return any != 0;
 }
 
-// The barriers of a ring of `stages` stages, by thread 0: `stages` full barriers at full_bar (each
-// completes on its stage's TMA bytes and `producer_arrivals` arrivals: the one that arms it for those bytes,
-// plus one per producer thread that fills the stage otherwise) followed by as many empty ones (each
-// completes on `consumer_arrivals` arrivals).
-__device__ __forceinline__ void init_ring(uint32_t full_bar, int stages, uint32_t consumer_arrivals,
-                                          uint32_t producer_arrivals) {
+// The stage ring's mbarriers, by thread 0: `stages` full barriers at full_bar (each completes on its
+// stage's TMA bytes and `producer_arrivals` arrivals: the one that arms it for those bytes, plus one per
+// producer thread that copies more into the stage with cp.async) followed by as many empty ones (each
+// completes on `consumer_arrivals` arrivals);
+// then the whole block syncs and, when launched as a programmatic dependent (GemmArgs::pdl), waits for
+// the previous kernel (a no-op otherwise): the set-up overlapped it, nothing global is read before.
+__device__ __forceinline__ void init_stage_ring(uint32_t full_bar, int stages, uint32_t consumer_arrivals,
+                                                uint32_t producer_arrivals = 1) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) {
       bar_init(full_bar + 8 * s, producer_arrivals);
       bar_init(full_bar + 8 * (stages + s), consumer_arrivals);
     }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-}
-
-// After init_ring: the initialisations made visible, the whole block synced and, when launched as a
-// programmatic dependent (GemmArgs::pdl), the previous kernel waited for (a no-op otherwise): the set-up
-// overlapped it, nothing global is read before.
-__device__ __forceinline__ void rings_ready() {
-  if (threadIdx.x == 0) asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   __syncthreads();
   asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-
-// One ring of stages (init_ring), then rings_ready.
-__device__ __forceinline__ void init_stage_ring(uint32_t full_bar, int stages, uint32_t consumer_arrivals,
-                                                uint32_t producer_arrivals = 1) {
-  init_ring(full_bar, stages, consumer_arrivals, producer_arrivals);
-  rings_ready();
 }
 
 // Position `it` (0, 1, 2, ...) of a ring of kStages stages: its stage, and the parity of the phase of that

@@ -35,24 +35,20 @@ namespace gemm_cuda {
 namespace {
 using namespace sm90;
 
-// An M tile of 64 rows per consumer warpgroup (each issues m64 wgmma), BN columns. kSeed: the operands
-// come in the seed layout (a (K, M), b (K, N)) and are transposed in shared memory (see the kernel).
-template <int BN, int kConsumers, bool kSeed = false>
+// An M tile of 64 rows per consumer warpgroup (each issues m64 wgmma), BN columns.
+template <int BN, int kConsumers>
 struct Layout {
   static_assert(BN == 128 || BN == 192, "N tile: 128 or 192 (the promotion handles at most two w_scale blocks)");
   static_assert(kConsumers == 2 || (kConsumers == 3 && BN == 128),
                 "3 consumer warpgroups get 160 registers each: room for 64 + 64 accumulators, not 96 + 96");
-  static_assert(!kSeed || (BN == 128 && kConsumers == 2),
-                "seed layout: 128 x 128 tiles (one 128-byte swizzled TMA box per operand and K block)");
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   // setmaxnreg: the producer gives registers to the consumers. Only the CTA's own allocation moves (what
   // __launch_bounds__(kThreads, 1) gives each thread, times kThreads: 64512 for 384 threads, not the SM's
   // 65536): consumers asking for more than the producer released wait forever.
-  // The producer warp's loop (TMA issue, scale copies) needs 48 / 32 without spilling; the seed layout's
-  // transposing warps hold a 16 x 4-byte block (16 words) plus its transpose; the consumers get the rest.
+  // The producer warp's loop (TMA issue, scale copies) needs 48 / 32 without spilling; the consumers get the rest.
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
-  static constexpr int kProducerRegs = kSeed ? 96 : kConsumers == 2 ? 48 : 32;
+  static constexpr int kProducerRegs = kConsumers == 2 ? 48 : 32;
   static constexpr int kConsumerRegs = (kLaunchRegs * kThreads / 128 - kProducerRegs) / kConsumers / 8 * 8;
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= kLaunchRegs * kThreads, "register file");
   static constexpr int kBytesA = kBlockM * kBlockK;  // per stage
@@ -62,18 +58,12 @@ struct Layout {
   // A stage's scales: the K block's x_scale of the tile's kBlockM rows, then (from float kBlockM on) its two
   // w_scale blocks (the second unused when BN = 128), padded to 16 bytes.
   static constexpr int kBytesScale = (kBlockM + 4) * 4;
-  // Seed layout: a second ring of raw stages, each the K block's (K x M) and (K x N) boxes as TMA brings
-  // them, which the transposing warps turn into the K-major stages above.
-  static constexpr int kRawStages = kSeed ? 3 : 0;
-  static constexpr int kBytesRaw = kBytesA + kBytesB;
-  static constexpr int kStages = (kSmemPerBlock - 1024 - 256 - kBytesOut - kRawStages * kBytesRaw) /
-                                 (kBytesA + kBytesB + kBytesScale);
+  static constexpr int kStages = (kSmemPerBlock - 1024 - 256 - kBytesOut) / (kBytesA + kBytesB + kBytesScale);
   static constexpr int kOffB = kStages * kBytesA;
   static constexpr int kOffOut = kOffB + kStages * kBytesB;
-  static constexpr int kOffRaw = kOffOut + kBytesOut;  // 1024-aligned, as 128-byte-swizzled TMA boxes need
-  static constexpr int kOffScale = kOffRaw + kRawStages * kBytesRaw;
+  static constexpr int kOffScale = kOffOut + kBytesOut;
   static constexpr int kOffBar = kOffScale + kStages * kBytesScale;
-  static constexpr int kSmem = 1024 + kOffBar + 2 * (kStages + kRawStages) * 8;  // + slack to align the base
+  static constexpr int kSmem = 1024 + kOffBar + 2 * kStages * 8;  // + slack to align the base to 1024
   static_assert(kSmem <= kSmemPerBlock, "shared memory");
   static_assert(kStages >= 3, "pipeline depth");
 };
@@ -143,62 +133,6 @@ __device__ __forceinline__ bool split_fixup(float *out, float *partials, unsigne
   }
   return true;
 }
-
-// Seed layout: the K block's raw boxes at `raw` (a's 128 K rows x 128 M bytes, then b's 128 x 128 N bytes,
-// each as TMA stores it with 128-byte swizzle: byte (k, c) at k * 128 + ((c / 16) ^ (k % 8)) * 16 + c % 16)
-// become the K-major stages wgmma reads (byte (c, k) at c * 128 + ((k / 16) ^ (c % 8)) * 16 + k % 16), by
-// the producer warpgroup's warps 1-3 (`warp` 0-2). A unit is 16 K rows (row group g: operand g / 8, rows
-// 16 (g % 8) ..) x the 4 bytes of word `lane`: 16 word loads (the warp's 32 lanes read 32 distinct banks),
-// 4x4 byte transposes with prmt, and 4 16-byte stores of 4 rows, in an order rotated by lane so that each
-// 8-lane phase of a store hits 8 distinct 16-byte bank groups. The lane's offsets are fixed; only the
-// row group changes from unit to unit.
-__device__ __forceinline__ void transpose_stage(uint32_t raw, uint32_t dst_a, uint32_t dst_b, int warp, int lane) {
-  uint32_t rd[8];  // row k = 16 g + i: word `lane` at ((lane / 4) ^ (i % 8)) * 16 + (lane % 4) * 4
-#pragma unroll
-  for (int i = 0; i < 8; ++i) rd[i] = raw + ((((lane >> 2) ^ i) << 4) | ((lane & 3) << 2));
-  // Step st stores row c = 4 lane + (st ^ rot): 16 bytes, word q = byte (st ^ rot) of w[4q .. 4q + 3].
-  int const rot = (lane >> 1) & 3;
-  uint32_t const sel_first = (rot & 1) ? 0x7632u : 0x5410u;  // the odd or even row of a byte pair
-  uint32_t const sel_second = sel_first ^ 0x7632u ^ 0x5410u;
-  // Two units at a time (row groups g and g + 3): the second one's loads are in flight while the first
-  // one is transposed and stored.
-  auto load = [&](int g, uint32_t *w) {
-    uint32_t const src = g * (16 * 128);
-#pragma unroll
-    for (int i = 0; i < 16; ++i) w[i] = ld_shared_u32(rd[i & 7] + src + i * 128);
-  };
-  auto store = [&](int g, uint32_t const *w) {  // byte e of w[i]: (k = 16 (g % 8) + i, c = 4 lane + e)
-    uint32_t const dst = g < 8 ? dst_a : dst_b;
-    int const kg = g & 7;
-#pragma unroll
-    for (int pair = 0; pair < 2; ++pair) {
-      // Rows h, h + 1 (h even): p gathers bytes h, h + 1 of w[4q], w[4q + 1]; r those of w[4q + 2], w[4q + 3].
-      uint32_t const h = static_cast<uint32_t>((rot & 2) ^ (2 * pair));
-      uint32_t const sel = h | ((h + 4) << 4) | ((h + 1) << 8) | ((h + 5) << 12);
-      uint32_t p[4], r[4];
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        p[q] = __byte_perm(w[4 * q], w[4 * q + 1], sel);
-        r[q] = __byte_perm(w[4 * q + 2], w[4 * q + 3], sel);
-      }
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        uint32_t const sel2 = e ? sel_second : sel_first;
-        int const c = 4 * lane + (rot ^ (2 * pair + e));
-        st_shared_v4(dst + c * 128 + ((kg ^ (c & 7)) << 4), __byte_perm(p[0], r[0], sel2),
-                     __byte_perm(p[1], r[1], sel2), __byte_perm(p[2], r[2], sel2), __byte_perm(p[3], r[3], sel2));
-      }
-    }
-  };
-  for (int g = warp; g < 16; g += 6) {
-    bool const two = g + 3 < 16;  // warp-uniform
-    uint32_t w0[16], w1[16];
-    load(g, w0);
-    if (two) load(g + 3, w1);
-    store(g, w0);
-    if (two) store(g + 3, w1);
-  }
-}
 #endif  // GEMM_WGMMA_DEVICE
 
 // The persistent schedule. Work units u = blockIdx.x, + gridDim.x, ...: the first dp_tiles units are
@@ -236,14 +170,14 @@ struct Schedule {
   }
 };
 
-template <int BN, int kConsumers, bool kSeed>
-__global__ void __launch_bounds__(Layout<BN, kConsumers, kSeed>::kThreads, 1)
+template <int BN, int kConsumers>
+__global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
     wgmma_gemm_kernel(__grid_constant__ CUtensorMap const map_x, __grid_constant__ CUtensorMap const map_w,
                       __grid_constant__ CUtensorMap const map_d, float const *__restrict__ sx,
                       float const *__restrict__ sw, int M, int N, Schedule sched, float *partials,
                       unsigned *counters) {
 #ifdef GEMM_WGMMA_DEVICE
-  using L = Layout<BN, kConsumers, kSeed>;
+  using L = Layout<BN, kConsumers>;
   constexpr int kBlockM = L::kBlockM;
   extern __shared__ uint8_t smem_raw[];
   // Aligned in the shared address space itself (32-bit arithmetic): aligning the generic pointer made
@@ -251,8 +185,6 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers, kSeed>::kThreads, 1)
   uint32_t const base = (smem_addr(smem_raw) + 1023) & ~1023u;
   uint32_t const full_bar = base + L::kOffBar;  // kStages barriers: the stage's operands and scales landed
   uint32_t const empty_bar = full_bar + 8 * L::kStages;  // kStages barriers: every consumer thread is done
-  uint32_t const raw_full = empty_bar + 8 * L::kStages;  // seed layout: kRawStages barriers: TMA landed
-  uint32_t const raw_empty = raw_full + 8 * L::kRawStages;  // and kRawStages: every transposing thread is done
   int const units = sched.units();
   int const kblocks = sched.kblocks;
   int const nblocks = (N + 127) / 128;  // w_scale rows
@@ -261,76 +193,11 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers, kSeed>::kThreads, 1)
   // scale copies; it is empty again once every consumer thread has arrived, each after its own scale reads
   // (a lane-0 arrival after __syncwarp would rely on the release's cumulativity, which compute-sanitizer's
   // racecheck reports as a race: run 51).
-  // Seed layout: a stage is full once each of the 96 transposing threads has arrived after its stores and
-  // each of the 31 scale-copying threads has counted its copies; a raw stage is full on its TMA bytes and
-  // empty once every transposing thread has read it.
-  init_ring(full_bar, L::kStages, 128 * kConsumers, kSeed ? 96 + 31 : 1 + 32);
-  if constexpr (kSeed) init_ring(raw_full, L::kRawStages, 96, 1);
-  rings_ready();
+  init_stage_ring(full_bar, L::kStages, 128 * kConsumers, 1 + 32);
 
   // Warp-uniform as far as ptxas can tell (a broadcast lane), so that what derives from it (the
   // warpgroup's shared-memory descriptors) lives in uniform registers that wgmma reads directly.
   int const wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
-  if constexpr (kSeed) {
-  if (wg == 0) {  // producer: TMA (thread 0), scales (threads 1-31), transposing warps (1-3)
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(L::kProducerRegs));
-    int const t = static_cast<int>(threadIdx.x);
-    if (t == 0) {  // the raw boxes, at (m0, k0) of a (K x M) and (n0, k0) of b (K x N)
-      cute::prefetch_tma_descriptor(&map_x);
-      cute::prefetch_tma_descriptor(&map_w);
-      uint32_t it = 0;
-      for (int u = blockIdx.x; u < units; u += gridDim.x) {
-        int tl, kb0, kb1, piece, tm, tn;
-        sched.unit(u, tl, kb0, kb1, piece);
-        sched.tile(tl, tm, tn);
-        for (int kb = kb0; kb < kb1; ++kb, ++it) {
-          int const r = acquire_stage<L::kRawStages>(raw_full, raw_empty, it, L::kBytesRaw);
-          uint32_t const raw = base + L::kOffRaw + r * L::kBytesRaw;
-          tma_load(&map_x, raw_full + 8 * r, raw, tm * kBlockM, kb * kBlockK);
-          tma_load(&map_w, raw_full + 8 * r, raw + L::kBytesA, tn * BN, kb * kBlockK);
-        }
-      }
-    } else if (t < 32) {  // threads 1-31: each K block's scales straight into the K-major stage, as above
-      // (not by the transposing threads: their proxy fence would wait for these global reads).
-      // a_scale (K/128, M), b_scale (K/128, NB): rows past M and blocks past N clamped, as above.
-      int const j = t - 1;  // 0..30
-      uint32_t it = 0;
-      for (int u = blockIdx.x; u < units; u += gridDim.x) {
-        int tl, kb0, kb1, piece, tm, tn;
-        sched.unit(u, tl, kb0, kb1, piece);
-        sched.tile(tl, tm, tn);
-        int const m0 = tm * kBlockM;
-        int const wblock = min(tn * BN / 128 + j, nblocks - 1);  // j = 0, 1
-        for (int kb = kb0; kb < kb1; ++kb, ++it) {
-          int const s = acquire_stage<L::kStages>(full_bar, empty_bar, it, 0, false);
-          uint32_t const scales = base + L::kOffScale + s * L::kBytesScale;
-          float const *const srow = sx + static_cast<int64_t>(kb) * M;
-          for (int r = j; r < kBlockM; r += 31) cp_async_4(scales + 4 * r, srow + min(m0 + r, M - 1));
-          if (j < 2) cp_async_4(scales + 4 * (kBlockM + j), sw + static_cast<int64_t>(kb) * nblocks + wblock);
-          cp_async_arrive_noinc(full_bar + 8 * s);
-        }
-      }
-      asm volatile("cp.async.wait_all;" ::: "memory");  // no thread exits with copies in flight
-    } else {  // transposing threads 32..127: the operands, from the raw stage into the K-major stage
-      uint32_t it = 0;
-      for (int u = blockIdx.x; u < units; u += gridDim.x) {
-        int tl, kb0, kb1, piece;
-        sched.unit(u, tl, kb0, kb1, piece);
-        for (int kb = kb0; kb < kb1; ++kb, ++it) {
-          int const s = acquire_stage<L::kStages>(full_bar, empty_bar, it, 0, false);
-          int const r = ring_stage<L::kRawStages>(it);
-          bar_wait(raw_full + 8 * r, ring_parity<L::kRawStages>(it));
-          transpose_stage(base + L::kOffRaw + r * L::kBytesRaw, base + s * L::kBytesA,
-                          base + L::kOffB + s * L::kBytesB, t / 32 - 1, t % 32);
-          fence_proxy_async_shared();  // the stores, before wgmma reads them through the async proxy
-          bar_arrive(raw_empty + 8 * r);
-          bar_arrive(full_bar + 8 * s);
-        }
-      }
-    }
-    return;
-  }
-  }
   if (wg == 0) {  // producer
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(L::kProducerRegs));
     if (threadIdx.x < 32) {  // the producer warp; lane 0 issues the TMA loads
@@ -490,24 +357,19 @@ size_t workspace_wgmma(GemmArgs const &g) {
   return partials_bytes<BN, kConsumers>(sched) + counter_bytes<kConsumers>(sched);
 }
 
-template <int BN, int kConsumers, bool kSeed = false>
+template <int BN, int kConsumers>
 int run_wgmma(GemmArgs const &g, void *workspace, cudaStream_t stream) {
-  using L = Layout<BN, kConsumers, kSeed>;
+  using L = Layout<BN, kConsumers>;
   constexpr int kBlockM = L::kBlockM;
-  // bf16 output only, K a whole number of blocks, TMA's 16-byte row strides and base addresses (the seed
-  // layout's rows are M and N bytes long), the layout the kernel was compiled for.
+  // bf16 output only, K a whole number of blocks, TMA's 16-byte row strides and base addresses.
   if (g.kslices != 1 || g.K % kBlockK != 0 || g.N % 8 != 0 || g.ldd % 8 != 0 || g.splits < 1 ||
-      (reinterpret_cast<uintptr_t>(g.d) & 15) != 0 || g.seed_layout != kSeed ||
-      (kSeed && (g.M % 16 != 0 || g.N % 16 != 0))) {
+      (reinterpret_cast<uintptr_t>(g.d) & 15) != 0) {
     return -static_cast<int>(cudaErrorInvalidValue);
   }
   CUtensorMap map_x, map_w, map_d;
-  bool const encoded =
-      kSeed ? encode(&map_x, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.x, g.K, g.M, g.M, kBlockK, kBlockM) &&
-                  encode(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.w, g.K, g.N, g.N, kBlockK, BN)
-            : encode(&map_x, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.x, g.M, g.K, g.K, kBlockM, kBlockK) &&
-                  encode(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.w, g.N, g.K, g.K, BN, kBlockK);
-  if (!encoded || !encode(&map_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, g.d, g.M, g.N, g.ldd, 64, 64)) {
+  if (!encode(&map_x, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.x, g.M, g.K, g.K, kBlockM, kBlockK) ||
+      !encode(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.w, g.N, g.K, g.K, BN, kBlockK) ||
+      !encode(&map_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, g.d, g.M, g.N, g.ldd, 64, 64)) {
     return -static_cast<int>(cudaErrorInvalidValue);
   }
   Schedule const sched = make_schedule<BN, kConsumers>(g);
@@ -521,7 +383,7 @@ int run_wgmma(GemmArgs const &g, void *workspace, cudaStream_t stream) {
     if (err != cudaSuccess) return -static_cast<int>(err);
   }
   int const grid = std::min(sched.units(), g.sm_count);
-  cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN, kConsumers, kSeed>>(
+  cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN, kConsumers>>(
       grid, L::kThreads, L::kSmem, g.device, stream, g.pdl, map_x, map_w, map_d, g.sx, g.sw, g.M, g.N, sched,
       partials, counters);
   return -static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
@@ -540,10 +402,5 @@ char const *const kNameCfg7 = "wgmma_128x192_persistent";
 size_t workspace_cfg8(GemmArgs const &g) { return workspace_wgmma<128, 3>(g); }
 int run_cfg8(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 3>(g, ws, stream); }
 char const *const kNameCfg8 = "wgmma_192x128_persistent";
-
-// The seed layout straight from a (K, M) and b (K, N), transposed in shared memory (GemmArgs::seed_layout).
-size_t workspace_cfg10(GemmArgs const &g) { return workspace_wgmma<128, 2>(g); }
-int run_cfg10(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 2, true>(g, ws, stream); }
-char const *const kNameCfg10 = "wgmma_seed_128x128_persistent";
 
 }  // namespace gemm_cuda

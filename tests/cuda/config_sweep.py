@@ -13,10 +13,11 @@ per-tensor FP8 GEMM on the same operands, unit scales: a different op, timed as 
 block-scaled one; its check fails by design), or `c<cfg>` followed by
 optional knobs `r<raster>` `s<swizzle>` `p<splits>` `k<kslices>` (see Tuning in gemm/cuda/gemm_cuda.h).
 Run 8 swept the K-sliced configuration with `c5k1,c5k2,c5k4,...`. Seed-layout variants (the same
-problems passed as a, b, a_scale, b_scale): `spick` (the op's own choice) and `seed<cfg>` (seed_with_config
-with that cfg), each optionally followed by `nopdl` (the GEMM launched after the preparation has
-finished, not as its programmatic dependent: Tuning.pdl in gemm/cuda/gemm_cuda.h); runs 18-19 swept the
-fused seed kernels of commit e32161e this way, runs 29-30 the dependent launch.
+problems passed as a, b, a_scale, b_scale): `spick` (the op's own choice) and `seed<cfg>[p<splits>]`
+(seed_with_config with that cfg and split tail), each optionally followed by `nopdl` (the GEMM launched
+after the preparation has finished, not as its programmatic dependent: Tuning.pdl in gemm/cuda/gemm_cuda.h);
+runs 18-19 swept the fused seed kernels of commit e32161e this way, runs 29-30 the dependent launch, runs
+54-57 the shared-memory-transposing seed kernel of commit 379a35f.
 """
 
 from __future__ import annotations

@@ -166,7 +166,6 @@ def correctness(mod, log, extra: bool = True) -> dict:
     results = []
     ncfg = mod.num_configs()
     decode = {c for c in range(ncfg) if "decode" in mod.config_name(c)}
-    seed_only = {c for c in range(ncfg) if "seed" in mod.config_name(c)}  # refuses the natural layout
     shapes = [*TEST_SHAPES, *BENCH_SHAPES, *(EXTRA_SHAPES if extra else [])]
     rng = torch.Generator().manual_seed(99)
     for _ in range(8):  # random shapes
@@ -182,8 +181,6 @@ def correctness(mod, log, extra: bool = True) -> dict:
         cfgs = [-1] + ([c for c in range(ncfg) if m <= 64 or c not in decode] if (m * n * k <= 2**33) else [])
         for layout in ("natural", "seed"):
             for cfg in cfgs:
-                if layout == "natural" and cfg in seed_only:
-                    continue
                 out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
                 try:
                     if layout == "natural":
@@ -277,7 +274,7 @@ def time_shape(mod, log, m: int, n: int, k: int, nsets: int, gen, sweep: bool) -
             row[name + "_error"] = repr(e)[:300]
             log(f"  {name} failed: {e!r}"[:400])
 
-    for c in (c for c in range(ncfg) if "seed" not in mod.config_name(c)):
+    for c in range(ncfg):
         t(
             f"cfg{c}",
             lambda i, c=c: mod.natural_cfg(sets[i]["out"], sets[i]["x"], sets[i]["w"], sets[i]["xs"], sets[i]["ws"], c),

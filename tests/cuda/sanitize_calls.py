@@ -65,9 +65,8 @@ def main() -> int:
     else:
         mod = dc.load_jit(args.prebuilt)
         natural, seed = mod.gemm_natural, mod.gemm_seed
-        if args.cfg >= 0:  # a seed-only configuration leaves the natural calls to the heuristic
-            if "seed" not in mod.config_name(args.cfg):
-                natural = functools.partial(mod.natural_cfg, cfg=args.cfg, splits=args.splits)
+        if args.cfg >= 0:
+            natural = functools.partial(mod.natural_cfg, cfg=args.cfg, splits=args.splits)
             seed = functools.partial(mod.seed_cfg, cfg=args.cfg, splits=args.splits)
     gen = torch.Generator(device="cuda")
     gen.manual_seed(7)
