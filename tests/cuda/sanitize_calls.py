@@ -43,6 +43,15 @@ SHAPES = [
 ]
 
 
+def poison_scratch(*sizes: int) -> None:
+    """Leaves freed blocks of these byte sizes full of FP8 NaN (0x7F) in torch's caching allocator, so that
+    the seed path's scratch (x and w) most likely starts as NaN: a GEMM that read a tile before the
+    preparation wrote it (the streamed path) gives NaN, not a stale copy of an earlier call's data."""
+    blocks = [torch.full((size,), 0x7F, dtype=torch.uint8, device="cuda") for size in sizes]
+    torch.cuda.synchronize()
+    del blocks
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--prebuilt", default=None)
@@ -50,6 +59,7 @@ def main() -> int:
     ap.add_argument("--shapes", type=int, default=len(SHAPES), help="use only the first N shapes")
     ap.add_argument("--cfg", type=int, default=-1, help="JIT build only: force this configuration on every call")
     ap.add_argument("--splits", type=int, default=1, help="with --cfg: Tuning.splits of the calls")
+    ap.add_argument("--prep-ctas", type=int, default=0, help="with --cfg: the streamed seed path's preparation blocks")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     if args.kernel_dir:
@@ -67,7 +77,12 @@ def main() -> int:
         natural, seed = mod.gemm_natural, mod.gemm_seed
         if args.cfg >= 0:
             natural = functools.partial(mod.natural_cfg, cfg=args.cfg, splits=args.splits)
-            seed = functools.partial(mod.seed_cfg, cfg=args.cfg, splits=args.splits)
+            seed_cfg = functools.partial(mod.seed_cfg, cfg=args.cfg, splits=args.splits)
+
+            def seed(out, a, b, sa, sb):  # the streamed path takes M and N multiples of 16 only
+                streamed = args.prep_ctas if a.shape[1] % 16 == 0 and b.shape[1] % 16 == 0 else 0
+                seed_cfg(out, a, b, sa, sb, prep_ctas=streamed)
+
     gen = torch.Generator(device="cuda")
     gen.manual_seed(7)
     failures = 0
@@ -77,6 +92,8 @@ def main() -> int:
         ref, terms = dc.reference(x, w, xs, ws), dc.magnitude(x, w, xs, ws)
         for name, fn, ins in (("natural", natural, (x, w, xs, ws)), ("seed", seed, (a, b, sa, sb))):
             out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            if name == "seed":
+                poison_scratch(m * k_, n * k_)
             fn(out, *ins)
             torch.cuda.synchronize()
             r = dc.check_close(out, ref, terms)
