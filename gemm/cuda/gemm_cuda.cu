@@ -307,77 +307,11 @@ void seed_prepare(at::Tensor &x, at::Tensor &w, at::Tensor &x_scale, at::Tensor 
   C10_CUDA_CHECK(launch_seed_prep(p, c10::cuda::getCurrentCUDAStream(a.get_device()).stream()));
 }
 
-// The streamed seed path: the preparation transposes a and b on tuning.prep_ctas SMs while the GEMM (a
-// hand-written configuration) runs on the others, loading each K block once its tiles are written
-// (GemmArgs::ready), so the transpose overlaps the GEMM instead of preceding it; the scales are read in
-// the seed layout as given. Needs M and N multiples of 16 and 16-byte aligned a, b and c.
-void seed_streamed(at::Tensor &c, at::Tensor const &a, at::Tensor const &b, at::Tensor const &a_scale,
-                   at::Tensor const &b_scale, Tuning tuning) {
-  int64_t const K = a.size(0), M = a.size(1), N = b.size(1);
-  int const cfg = tuning.cfg;
-  TORCH_CHECK(cfg == kSquare128Config || cfg == kWide192Config || cfg == kTall192Config,
-              "gemm (cuda): the streamed seed path runs configurations 6-8 only, not ", cfg);
-  TORCH_CHECK(M % 16 == 0 && N % 16 == 0 && aligned16(a.data_ptr()) && aligned16(b.data_ptr()) &&
-                  aligned16(c.data_ptr()),
-              "gemm (cuda): the streamed seed path needs M and N multiples of 16 and 16-byte aligned a, b, c");
-  TORCH_CHECK(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX, "gemm (cuda): M, N and K must each fit in int32");
-  int const device = a.get_device();
-  int const sms = sm_count(device);
-  TORCH_CHECK(tuning.prep_ctas < sms, "gemm (cuda): ", tuning.prep_ctas, " preparation blocks leave no SM of ",
-              sms, " for the GEMM");
-  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
-  int64_t const KB = K / kBlock;
-  at::Tensor x = at::empty({M, K}, a.options());
-  at::Tensor w = at::empty({N, K}, b.options());
-  // The K blocks' ready counts, then room for the split tail's counters (fewer than 3 per SM), zeroed by
-  // one memset before the preparation: nothing may be queued between the preparation and the GEMM.
-  at::Tensor counters = at::empty({KB + 3 * sms}, a.options().dtype(at::kInt));
-  C10_CUDA_CHECK(cudaMemsetAsync(counters.data_ptr(), 0, counters.nbytes(), stream));
-  unsigned *const ready = static_cast<unsigned *>(counters.data_ptr());
-
-  PrepArgs p{};
-  p.a = static_cast<uint8_t const *>(a.data_ptr());
-  p.b = static_cast<uint8_t const *>(b.data_ptr());
-  p.x = static_cast<uint8_t *>(x.data_ptr());
-  p.w = static_cast<uint8_t *>(w.data_ptr());
-  p.M = M, p.N = N, p.K = K;
-  C10_CUDA_CHECK(launch_seed_prep_streamed(p, ready, tuning.prep_ctas, device, stream));
-
-  GemmArgs g{};
-  g.d = c.data_ptr();
-  g.ldd = N;
-  g.x = x.data_ptr();
-  g.w = w.data_ptr();
-  g.sx = a_scale.data_ptr<float>();
-  g.sw = b_scale.data_ptr<float>();
-  g.M = static_cast<int>(M);
-  g.N = static_cast<int>(N);
-  g.K = static_cast<int>(K);
-  g.device = device;
-  g.sm_count = sms - tuning.prep_ctas;  // the GEMM's SMs: its grid and its split tail's waves
-  g.raster = tuning.raster;
-  g.swizzle = tuning.swizzle;
-  g.splits = tuning.splits;
-  g.pdl = tuning.pdl;  // false only to measure the two kernels one after the other
-  g.scales_mn_major = true;
-  g.ready = ready;
-  g.ready_target = seed_prep_tiles_per_kblock(M, N);
-  g.zeroed_counters = ready + KB;
-  size_t const ws_bytes = kConfigs[cfg].workspace(g);
-  at::Tensor workspace;
-  if (ws_bytes > 0) workspace = at::empty({static_cast<int64_t>(ws_bytes)}, a.options().dtype(at::kByte));
-  check_cutlass(kConfigs[cfg].run(g, ws_bytes > 0 ? workspace.data_ptr() : nullptr, stream), cfg, M, N, K);
-}
-
 void seed_with_config(at::Tensor &c, at::Tensor const &a, at::Tensor const &b, at::Tensor const &a_scale,
                       at::Tensor const &b_scale, Tuning tuning) {
   check_fp8_cuda(a, "a");
   check_fp8_cuda(b, "b");
   c10::cuda::CUDAGuard guard(a.device());
-  if (tuning.prep_ctas > 0) {
-    seed_streamed(c, a, b, a_scale, b_scale, tuning);
-    return;
-  }
   int64_t const K = a.size(0), M = a.size(1), N = b.size(1);
   int64_t const KB = K / kBlock, NB = (N + kBlock - 1) / kBlock;
   at::Tensor x = at::empty({M, K}, a.options());

@@ -19,9 +19,6 @@ struct Tuning {
   // Seed layout: the GEMM launches as a programmatic dependent of the preparation (GemmArgs::pdl); false
   // only to measure what that saves (tests/cuda/config_sweep.py variant `spicknopdl`).
   bool pdl = true;
-  // Seed layout: > 0 runs the streamed path on the hand-written configurations 6-8 (gemm_cuda.cu:
-  // seed_streamed): the preparation on this many SMs, the GEMM beside it on the others.
-  int prep_ctas = 0;
 };
 
 // Number of compiled GEMM configurations (see kNameCfg* in gemm_cuda_cfg*.cu).

@@ -40,16 +40,6 @@ struct GemmArgs {
   // nothing else is queued in between; configurations 3 and 4 (2-CTA clusters) ignore it. (The
   // preparation does not trigger its dependents early: runs 29-30 measured that 1-17 us slower.)
   bool pdl = false;
-  // The streamed seed path (gemm_cuda.cu: seed_streamed; hand-written wgmma configurations 6-8 only). The
-  // scales are read as the seed layout gives them: sx is a_scale (K/128, M), sw is b_scale (K/128, NB).
-  bool scales_mn_major = false;
-  // The GEMM runs beside the preparation that writes x and w (launched as its programmatic dependent,
-  // without griddepcontrol.wait) and loads K block kb only once ready[kb] >= ready_target.
-  unsigned const *ready = nullptr;
-  unsigned ready_target = 0;
-  // Split-tail counters zeroed by the caller (with `ready`, in one memset before the preparation, so
-  // that nothing is queued between the preparation and the GEMM); null: run zeroes its own.
-  unsigned *zeroed_counters = nullptr;
 };
 
 // Launches kKernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent of the stream's
@@ -122,16 +112,6 @@ struct PrepArgs {
   int64_t M, N, K;
 };
 cudaError_t launch_seed_prep(PrepArgs const &p, cudaStream_t stream);
-
-// The streamed form (M and N multiples of 16, a, b, x, w 16-byte aligned; the scales are not touched):
-// `blocks` persistent blocks transpose a -> x and b -> w in 128 x 128-byte tiles, K block by K block, each
-// block first letting a programmatic dependent launch (the GEMM) start; every finished tile adds 1 to
-// ready[kb] (K/128 counters, zeroed by the caller), so K block kb is ready at seed_prep_tiles_per_kblock.
-cudaError_t launch_seed_prep_streamed(PrepArgs const &p, unsigned *ready, int blocks, int device,
-                                      cudaStream_t stream);
-inline unsigned seed_prep_tiles_per_kblock(int64_t M, int64_t N) {
-  return static_cast<unsigned>((M + 127) / 128 + (N + 127) / 128);
-}
 
 // out[i] = bf16(sum over s < slices of parts[s * count + i]), i < count; count % 4 == 0, parts 16-byte
 // and out 8-byte aligned. Sums in slice order (deterministic). Returns the launch's cudaError_t.

@@ -13,49 +13,34 @@ namespace gemm_cuda {
 namespace {
 
 constexpr int kTT = 128;  // byte tile: 128 rows (k) x 128 columns (m or n)
-constexpr int kThreads = 256;  // one tile's threads
+constexpr int kThreads = 256;
 constexpr int kScalePerBlock = kThreads * 4;
-// The streamed form's blocks: 3 groups of kThreads, each transposing its own tiles with the next one's
-// loads in flight, so that an SM keeps up to 96 KB of loads in flight (one group's 16 KB would leave the
-// few SMs it runs on far from bandwidth); 3, not 4, so that each thread has 85 registers, not 64 (spills).
-constexpr int kStreamGroups = 3;
 
-// Barrier `id` over the kThreads threads of one tile (id 0 alone in a kThreads block: __syncthreads).
-__device__ __forceinline__ void tile_sync(int id) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(kThreads) : "memory");
-}
-
-// One kTT x kTT tile of src (rows x cols bytes, row-major; cols % 16 == 0 and src 16-byte aligned;
-// rows % kTT == 0) at (r0, c0), to be transposed into dst (cols x rows).
-struct Tile {
-  uint8_t const *src;
-  uint8_t *dst;
-  int64_t rows, cols, r0, c0;
-};
-
-// Phase 1 of a tile's transpose: coalesced 16-byte loads; 128 rows x 8 chunks = 1024 chunks, 4 per thread.
-__device__ __forceinline__ void load_tile(Tile const &tile, int t, uint4 (&v)[4]) {
+// Transposes one kTT x kTT tile of src (rows x cols bytes, row-major; cols % 16 == 0 and src 16-byte
+// aligned; rows % kTT == 0) into dst (cols x rows). Shared memory holds the tile as 8 chunks of 16 bytes
+// per row; chunk c of row r is stored at c ^ ((r >> 4) & 7), so that phase 2's reads of one word column
+// over 16 rows by a warp hit 32 distinct banks.
+__device__ __forceinline__ void transpose_tile(uint8_t const *__restrict__ src, uint8_t *__restrict__ dst,
+                                               int64_t rows, int64_t cols, int64_t r0, int64_t c0,
+                                               uint32_t *smem) {
+  int const t = threadIdx.x;
+  // Phase 1: coalesced 16-byte loads; 128 rows x 8 chunks = 1024 chunks, 4 per thread.
+  uint4 v[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     int const idx = t + i * kThreads;
     int const r = idx >> 3, c = idx & 7;
-    int64_t const gc = tile.c0 + c * 16;
+    int64_t const gc = c0 + c * 16;
     v[i] = make_uint4(0, 0, 0, 0);
-    if (gc < tile.cols) v[i] = __ldg(reinterpret_cast<uint4 const *>(tile.src + (tile.r0 + r) * tile.cols + gc));
+    if (gc < cols) v[i] = __ldg(reinterpret_cast<uint4 const *>(src + (r0 + r) * cols + gc));
   }
-}
-
-// The rest: through shared memory, which holds the tile as 8 chunks of 16 bytes per row; chunk c of row r
-// is stored at c ^ ((r >> 4) & 7), so that phase 2's reads of one word column over 16 rows by a warp hit
-// 32 distinct banks. Ends with the tile's global stores issued and its shared memory still being read.
-__device__ __forceinline__ void store_tile(Tile const &tile, uint4 const (&v)[4], uint32_t *smem, int t, int bar) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     int const idx = t + i * kThreads;
     int const r = idx >> 3, c = idx & 7;
     reinterpret_cast<uint4 *>(smem)[r * 8 + (c ^ ((r >> 4) & 7))] = v[i];
   }
-  tile_sync(bar);
+  __syncthreads();
   // Phase 2: thread (mq = t / 8, kg = t % 8) owns tile columns 4mq..4mq+3 and rows 16kg..16kg+15.
   int const mq = t >> 3, kg = t & 7;
   uint32_t w[16];
@@ -69,7 +54,7 @@ __device__ __forceinline__ void store_tile(Tile const &tile, uint4 const (&v)[4]
   // r0 + 16kg .. +15, byte j of w[0..15]: word q gathers byte j of w[4q..4q+3].
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    int64_t const oc = tile.c0 + 4 * mq + j;
+    int64_t const oc = c0 + 4 * mq + j;
     uint32_t const sel = static_cast<uint32_t>(j) | (static_cast<uint32_t>(j + 4) << 4);
     uint32_t o[4];
 #pragma unroll
@@ -78,17 +63,10 @@ __device__ __forceinline__ void store_tile(Tile const &tile, uint4 const (&v)[4]
       uint32_t const hi = __byte_perm(w[4 * q + 2], w[4 * q + 3], sel);
       o[q] = __byte_perm(lo, hi, 0x5410);
     }
-    if (oc < tile.cols) {
-      *reinterpret_cast<uint4 *>(tile.dst + oc * tile.rows + tile.r0 + kg * 16) = make_uint4(o[0], o[1], o[2], o[3]);
+    if (oc < cols) {
+      *reinterpret_cast<uint4 *>(dst + oc * rows + r0 + kg * 16) = make_uint4(o[0], o[1], o[2], o[3]);
     }
   }
-}
-
-// Transposes one tile with the block's kThreads threads.
-__device__ __forceinline__ void transpose_tile(Tile const &tile, uint32_t *smem) {
-  uint4 v[4];
-  load_tile(tile, threadIdx.x, v);
-  store_tile(tile, v, smem, threadIdx.x, 0);
 }
 
 struct PrepParams {
@@ -103,12 +81,12 @@ __global__ void __launch_bounds__(kThreads) seed_prep_kernel(PrepParams const q)
   PrepArgs const &p = q.p;
   int64_t bid = blockIdx.x;
   if (bid < q.tiles_a) {
-    transpose_tile({p.a, p.x, p.K, p.M, (bid / q.tiles_m) * kTT, (bid % q.tiles_m) * kTT}, smem);
+    transpose_tile(p.a, p.x, p.K, p.M, (bid / q.tiles_m) * kTT, (bid % q.tiles_m) * kTT, smem);
     return;
   }
   bid -= q.tiles_a;
   if (bid < q.tiles_b) {
-    transpose_tile({p.b, p.w, p.K, p.N, (bid / q.tiles_n) * kTT, (bid % q.tiles_n) * kTT}, smem);
+    transpose_tile(p.b, p.w, p.K, p.N, (bid / q.tiles_n) * kTT, (bid % q.tiles_n) * kTT, smem);
     return;
   }
   bid -= q.tiles_b;
@@ -124,48 +102,6 @@ __global__ void __launch_bounds__(kThreads) seed_prep_kernel(PrepParams const q)
     } else {
       int64_t const f = e - total_a, n = f / q.KB, kb = f % q.KB;
       p.sw[f] = p.sb[kb * q.NB + n];
-    }
-  }
-}
-
-// The streamed form: tiles in K-block order (K block kb's tiles_m tiles of a, then its tiles_n of b), tile i
-// to group i % (blocks x groups); each finished tile is published and counted on ready[kb]. Each group
-// loads its next tile before it transposes the current one, so that its loads stay in flight. Every thread
-// first lets the dependent GEMM launch: it starts once all of these blocks have started, so the blocks
-// it waits for are resident and finish whatever the GEMM does (it never waits for a block not yet running).
-__device__ __forceinline__ Tile streamed_tile(PrepParams const &q, int64_t i) {
-  PrepArgs const &p = q.p;
-  int64_t const per_kb = q.tiles_m + q.tiles_n, kb = i / per_kb, j = i % per_kb;
-  if (j < q.tiles_m) return {p.a, p.x, p.K, p.M, kb * kTT, j * kTT};
-  return {p.b, p.w, p.K, p.N, kb * kTT, (j - q.tiles_m) * kTT};
-}
-
-__global__ void __launch_bounds__(kThreads * kStreamGroups) seed_prep_streamed_kernel(PrepParams const q,
-                                                                                     unsigned *ready) {
-  extern __shared__ __align__(16) uint32_t smem_tiles[];
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  int const group = threadIdx.x / kThreads, t = threadIdx.x % kThreads, bar = 1 + group;
-  uint32_t *const smem = smem_tiles + group * (kTT * kTT / 4);
-  int64_t const per_kb = q.tiles_m + q.tiles_n, items = q.KB * per_kb;
-  int64_t const stride = static_cast<int64_t>(gridDim.x) * kStreamGroups;
-  int64_t i = static_cast<int64_t>(blockIdx.x) * kStreamGroups + group;
-  uint4 v[4];
-  if (i < items) load_tile(streamed_tile(q, i), t, v);
-  for (; i < items; i += stride) {
-    Tile const tile = streamed_tile(q, i);
-    uint4 next[4];
-    bool const more = i + stride < items;
-    if (more) load_tile(streamed_tile(q, i + stride), t, next);
-    store_tile(tile, v, smem, t, bar);
-    // Publish: the barrier orders every thread's writes before thread 0's release (cumulative), which
-    // counts the tile, and keeps the next tile's shared-memory writes after this one's reads. No fence in
-    // every thread (a proxy fence or __threadfence waits for the thread's loads in flight too, the next
-    // tile's: run 60); the GEMM's producer fences its view for its TMA loads after it sees the count.
-    tile_sync(bar);
-    if (t == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ready + i / per_kb) : "memory");
-    if (more) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) v[c] = next[c];
     }
   }
 }
@@ -222,22 +158,6 @@ cudaError_t launch_seed_prep(PrepArgs const &p, cudaStream_t stream) {
     err = cudaGetLastError();
   }
   return err;
-}
-
-cudaError_t launch_seed_prep_streamed(PrepArgs const &p, unsigned *ready, int blocks, int device,
-                                      cudaStream_t stream) {
-  if (p.M % 16 != 0 || p.N % 16 != 0 || !aligned16(p.a) || !aligned16(p.b) || !aligned16(p.x) ||
-      !aligned16(p.w) || blocks < 1) {
-    return cudaErrorInvalidValue;
-  }
-  PrepParams q{};
-  q.p = p;
-  q.KB = p.K / kTT;
-  q.tiles_m = (p.M + kTT - 1) / kTT;
-  q.tiles_n = (p.N + kTT - 1) / kTT;
-  constexpr int kSmem = kStreamGroups * kTT * kTT;
-  return launch_kernel<seed_prep_streamed_kernel>(dim3(blocks), dim3(kThreads * kStreamGroups), kSmem, device,
-                                                  stream, /*pdl=*/false, q, ready);
 }
 
 }  // namespace gemm_cuda

@@ -136,10 +136,8 @@ __device__ __forceinline__ bool named_sync_or(int id, bool pred) {
 // completes on `consumer_arrivals` arrivals);
 // then the whole block syncs and, when launched as a programmatic dependent (GemmArgs::pdl), waits for
 // the previous kernel (a no-op otherwise): the set-up overlapped it, nothing global is read before.
-// Not with `wait_previous` false: the streamed seed path's GEMM runs beside its preparation and waits
-// per K block for what it reads (ready_run).
 __device__ __forceinline__ void init_stage_ring(uint32_t full_bar, int stages, uint32_t consumer_arrivals,
-                                                uint32_t producer_arrivals = 1, bool wait_previous = true) {
+                                                uint32_t producer_arrivals = 1) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) {
       bar_init(full_bar + 8 * s, producer_arrivals);
@@ -148,27 +146,7 @@ __device__ __forceinline__ void init_stage_ring(uint32_t full_bar, int stages, u
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
-  if (wait_previous) asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-
-// How many consecutive K blocks from kb on (at most 32, none past kblocks) have ready[kb'] >= target, where
-// other CTAs publish their global writes and then add to ready[kb'] with release semantics (the streamed
-// seed preparation). Called by a whole warp: lane j reads K block kb + j, so one round trip covers 32 K
-// blocks (a load per K block held the producer ~1 us per K block, twice the GEMM's time for one). When some
-// are ready, each lane's acquire fence and the warp barrier after it make what was published for them
-// visible to every lane, and the proxy fence to this warp's TMA loads (the async proxy). The fences wait
-// for the warp's copies in flight, so the caller runs this only past what it already knows is ready.
-__device__ __forceinline__ int ready_run(unsigned const *ready, int kb, int kblocks, unsigned target, int lane) {
-  unsigned seen = 0;
-  if (kb + lane < kblocks) asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(ready + kb + lane) : "memory");
-  unsigned const ok = __ballot_sync(0xffffffffu, seen >= target && kb + lane < kblocks);
-  int const run = ok == 0xffffffffu ? 32 : __ffs(~ok) - 1;  // ready lanes before the first one not ready
-  if (run > 0) {
-    asm volatile("fence.acq_rel.gpu;" ::: "memory");  // with the relaxed read that saw the count: an acquire
-    __syncwarp();
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-  }
-  return run;
+  asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
 // Position `it` (0, 1, 2, ...) of a ring of kStages stages: its stage, and the parity of the phase of that

@@ -170,16 +170,12 @@ struct Schedule {
   }
 };
 
-// kStreamed: the streamed seed path (GemmArgs::ready). The kernel runs beside the preparation that writes
-// x and w, without waiting for it as a whole, and loads K block kb once ready[kb] >= ready_target; sx and
-// sw are the seed layout's a_scale (K/128, M) and b_scale (K/128, N/128) as given. Its own instantiation,
-// so that the natural path's producer keeps its registers (the 192x128 kernel's has 32).
-template <int BN, int kConsumers, bool kStreamed>
+template <int BN, int kConsumers>
 __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
     wgmma_gemm_kernel(__grid_constant__ CUtensorMap const map_x, __grid_constant__ CUtensorMap const map_w,
                       __grid_constant__ CUtensorMap const map_d, float const *__restrict__ sx,
                       float const *__restrict__ sw, int M, int N, Schedule sched, float *partials,
-                      unsigned *counters, unsigned const *ready, unsigned ready_target) {
+                      unsigned *counters) {
 #ifdef GEMM_WGMMA_DEVICE
   using L = Layout<BN, kConsumers>;
   constexpr int kBlockM = L::kBlockM;
@@ -197,7 +193,7 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   // scale copies; it is empty again once every consumer thread has arrived, each after its own scale reads
   // (a lane-0 arrival after __syncwarp would rely on the release's cumulativity, which compute-sanitizer's
   // racecheck reports as a race: run 51).
-  init_stage_ring(full_bar, L::kStages, 128 * kConsumers, 1 + 32, /*wait_previous=*/!kStreamed);
+  init_stage_ring(full_bar, L::kStages, 128 * kConsumers, 1 + 32);
 
   // Warp-uniform as far as ptxas can tell (a broadcast lane), so that what derives from it (the
   // warpgroup's shared-memory descriptors) lives in uniform registers that wgmma reads directly.
@@ -211,9 +207,6 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
         cute::prefetch_tma_descriptor(&map_w);
       }
       uint32_t it = 0;
-      // kStreamed: every K block up to ready_upto is known ready, and those of [window_lo, window_hi] (a
-      // split tail's piece that starts past that prefix).
-      int ready_upto = -1, window_lo = 0, window_hi = -1;
       for (int u = blockIdx.x; u < units; u += gridDim.x) {
         int t, kb0, kb1, piece, tm, tn;
         sched.unit(u, t, kb0, kb1, piece);
@@ -222,15 +215,6 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
         int const m0 = tm * kBlockM;
         int const wblock = min(tn * BN / 128 + lane, nblocks - 1);  // lanes 0 and 1
         for (int kb = kb0; kb < kb1; ++kb, ++it) {
-          if (kStreamed && kb > ready_upto && (kb < window_lo || kb > window_hi)) {  // after the preparation: never
-            int run;
-            while ((run = ready_run(ready, kb, kblocks, ready_target, lane)) == 0) __nanosleep(64);
-            if (kb == ready_upto + 1) {
-              ready_upto = kb + run - 1;
-            } else {
-              window_lo = kb, window_hi = kb + run - 1;
-            }
-          }
           int const s = acquire_stage<L::kStages>(full_bar, empty_bar, it, L::kBytesA + L::kBytesB, lane == 0);
           if (lane == 0) {
             tma_load(&map_x, full_bar + 8 * s, base + s * L::kBytesA, kb * kBlockK, m0);
@@ -240,12 +224,10 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
 #pragma unroll
           for (int i = 0; i < kBlockM / 32; ++i) {
             int const r = 32 * i + lane;
-            int64_t const row = min(m0 + r, M - 1);
-            cp_async_4(scales + 4 * r, kStreamed ? sx + static_cast<int64_t>(kb) * M + row : sx + row * kblocks + kb);
+            cp_async_4(scales + 4 * r, sx + static_cast<int64_t>(min(m0 + r, M - 1)) * kblocks + kb);
           }
           if (lane < 2) {
-            cp_async_4(scales + 4 * (kBlockM + lane), kStreamed ? sw + static_cast<int64_t>(kb) * nblocks + wblock
-                                                                : sw + static_cast<int64_t>(wblock) * kblocks + kb);
+            cp_async_4(scales + 4 * (kBlockM + lane), sw + static_cast<int64_t>(wblock) * kblocks + kb);
           }
           cp_async_arrive_noinc(full_bar + 8 * s);
         }
@@ -377,8 +359,6 @@ size_t workspace_wgmma(GemmArgs const &g) {
 
 template <int BN, int kConsumers>
 int run_wgmma(GemmArgs const &g, void *workspace, cudaStream_t stream) {
-  // The streamed seed path reads the scales in the seed layout; nothing else does.
-  if (g.scales_mn_major != (g.ready != nullptr)) return -static_cast<int>(cudaErrorInvalidValue);
   using L = Layout<BN, kConsumers>;
   constexpr int kBlockM = L::kBlockM;
   // bf16 output only, K a whole number of blocks, TMA's 16-byte row strides and base addresses.
@@ -398,23 +378,14 @@ int run_wgmma(GemmArgs const &g, void *workspace, cudaStream_t stream) {
   if (sched.split_tiles() > 0) {
     if (workspace == nullptr) return -static_cast<int>(cudaErrorInvalidValue);
     partials = static_cast<float *>(workspace);
-    counters = g.zeroed_counters;
-    if (counters == nullptr) {
-      counters = reinterpret_cast<unsigned *>(static_cast<uint8_t *>(workspace) + partials_bytes<BN, kConsumers>(sched));
-      cudaError_t const err = cudaMemsetAsync(counters, 0, counter_bytes<kConsumers>(sched), stream);
-      if (err != cudaSuccess) return -static_cast<int>(err);
-    }
+    counters = reinterpret_cast<unsigned *>(static_cast<uint8_t *>(workspace) + partials_bytes<BN, kConsumers>(sched));
+    cudaError_t const err = cudaMemsetAsync(counters, 0, counter_bytes<kConsumers>(sched), stream);
+    if (err != cudaSuccess) return -static_cast<int>(err);
   }
   int const grid = std::min(sched.units(), g.sm_count);
-  cudaError_t const err =
-      g.ready != nullptr
-          ? launch_kernel<wgmma_gemm_kernel<BN, kConsumers, true>>(grid, L::kThreads, L::kSmem, g.device, stream,
-                                                                   g.pdl, map_x, map_w, map_d, g.sx, g.sw, g.M, g.N,
-                                                                   sched, partials, counters, g.ready, g.ready_target)
-          : launch_kernel<wgmma_gemm_kernel<BN, kConsumers, false>>(grid, L::kThreads, L::kSmem, g.device, stream,
-                                                                    g.pdl, map_x, map_w, map_d, g.sx, g.sw, g.M,
-                                                                    g.N, sched, partials, counters, g.ready,
-                                                                    g.ready_target);
+  cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN, kConsumers>>(
+      grid, L::kThreads, L::kSmem, g.device, stream, g.pdl, map_x, map_w, map_d, g.sx, g.sw, g.M, g.N, sched,
+      partials, counters);
   return -static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
 

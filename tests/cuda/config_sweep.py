@@ -14,8 +14,7 @@ block-scaled one; its check fails by design), or `c<cfg>` followed by
 optional knobs `r<raster>` `s<swizzle>` `p<splits>` `k<kslices>` (see Tuning in gemm/cuda/gemm_cuda.h).
 Run 8 swept the K-sliced configuration with `c5k1,c5k2,c5k4,...`. Seed-layout variants (the same
 problems passed as a, b, a_scale, b_scale): `spick` (the op's own choice) and `seed<cfg>[p<splits>]`
-(seed_with_config with that cfg and split tail; `q<n>`: the streamed path with n preparation blocks), each
-optionally followed by `nopdl` (the GEMM launched
+(seed_with_config with that cfg and split tail), each optionally followed by `nopdl` (the GEMM launched
 after the preparation has finished, not as its programmatic dependent: Tuning.pdl in gemm/cuda/gemm_cuda.h);
 runs 18-19 swept the fused seed kernels of commit e32161e this way, runs 29-30 the dependent launch, runs
 54-57 the shared-memory-transposing seed kernel of commit 379a35f.
@@ -53,15 +52,8 @@ def parse_variant(spec: str) -> dict | None:
         return {"pertensor": True}
     if spec == "pick":
         return {"cfg": -1}
-    # nopdl: Tuning.pdl off; q<n>: the streamed seed path with n preparation blocks (Tuning.prep_ctas)
-    if m := re.fullmatch(r"(?:spick|seed(\d+)(?:p(\d+))?(?:q(\d+))?)(nopdl)?", spec):
-        return {
-            "cfg": int(m.group(1) or -1),
-            "layout": "seed",
-            "pdl": not m.group(4),
-            "splits": int(m.group(2) or 1),
-            "prep_ctas": int(m.group(3) or 0),
-        }
+    if m := re.fullmatch(r"(?:spick|seed(\d+)(?:p(\d+))?)(nopdl)?", spec):  # nopdl: Tuning.pdl off
+        return {"cfg": int(m.group(1) or -1), "layout": "seed", "pdl": not m.group(3), "splits": int(m.group(2) or 1)}
     m = re.fullmatch(r"c(\d+)((?:[rspk]\d+)*)", spec)
     if not m:
         raise SystemExit(f"bad variant {spec!r}: want pick, torch or c<cfg>[r<n>][s<n>][p<n>][k<n>]")
@@ -83,7 +75,7 @@ def calls(mod, sets, outs, knobs: dict | None) -> list:
         return [
             (
                 lambda s=s, o=o: mod.seed_cfg(
-                    o, s.a, s.b, s.a_scale, s.b_scale, knobs["cfg"], knobs["pdl"], knobs["splits"], knobs["prep_ctas"]
+                    o, s.a, s.b, s.a_scale, s.b_scale, knobs["cfg"], knobs["pdl"], knobs["splits"]
                 )
             )
             for s, o in zip(sets, outs, strict=True)

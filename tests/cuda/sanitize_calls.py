@@ -46,7 +46,9 @@ SHAPES = [
 def poison_scratch(*sizes: int) -> None:
     """Leaves freed blocks of these byte sizes full of FP8 NaN (0x7F) in torch's caching allocator, so that
     the seed path's scratch (x and w) most likely starts as NaN: a GEMM that read a tile before the
-    preparation wrote it (the streamed path) gives NaN, not a stale copy of an earlier call's data."""
+    preparation wrote it (its dependent launch waits for that: GemmArgs::pdl) gives NaN, not a stale copy
+    of an earlier call's data. (Runs 59-64's streamed seed path, which read tiles while they were being
+    written, was checked so.)"""
     blocks = [torch.full((size,), 0x7F, dtype=torch.uint8, device="cuda") for size in sizes]
     torch.cuda.synchronize()
     del blocks
@@ -59,7 +61,6 @@ def main() -> int:
     ap.add_argument("--shapes", type=int, default=len(SHAPES), help="use only the first N shapes")
     ap.add_argument("--cfg", type=int, default=-1, help="JIT build only: force this configuration on every call")
     ap.add_argument("--splits", type=int, default=1, help="with --cfg: Tuning.splits of the calls")
-    ap.add_argument("--prep-ctas", type=int, default=0, help="with --cfg: the streamed seed path's preparation blocks")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     if args.kernel_dir:
@@ -77,12 +78,7 @@ def main() -> int:
         natural, seed = mod.gemm_natural, mod.gemm_seed
         if args.cfg >= 0:
             natural = functools.partial(mod.natural_cfg, cfg=args.cfg, splits=args.splits)
-            seed_cfg = functools.partial(mod.seed_cfg, cfg=args.cfg, splits=args.splits)
-
-            def seed(out, a, b, sa, sb):  # the streamed path takes M and N multiples of 16 only
-                streamed = args.prep_ctas if a.shape[1] % 16 == 0 and b.shape[1] % 16 == 0 else 0
-                seed_cfg(out, a, b, sa, sb, prep_ctas=streamed)
-
+            seed = functools.partial(mod.seed_cfg, cfg=args.cfg, splits=args.splits)
     gen = torch.Generator(device="cuda")
     gen.manual_seed(7)
     failures = 0
