@@ -15,7 +15,7 @@
 //                  and cuBLASLt's blockwise kernels), the scales read from shared memory, then the
 //                  stage goes back to the producer;
 //                  epilogue: bf16 into 128-byte-swizzled shared memory, TMA store (clipped at M, N).
-// Split tail / stream-K (GemmArgs::splits, Schedule): tiles are cut into K pieces run by different CTAs;
+// Split tail (GemmArgs::splits > 1): the tiles past the last full wave are cut into K pieces, one per CTA;
 // each piece's fp32 block goes to the workspace and the last piece to arrive sums them (split_fixup).
 // A 192-wide N tile straddles two 128-wide w_scale blocks; which columns take which scale depends only on
 // n0 % 128 (0 or 64 for BN = 192), so the promotion is compiled for both splits and picked per tile.
@@ -135,67 +135,28 @@ __device__ __forceinline__ bool split_fixup(float *out, float *partials, unsigne
 }
 #endif  // GEMM_WGMMA_DEVICE
 
-// The persistent schedule. Each CTA first takes whole tiles blockIdx.x, + gridDim.x, ... below dp_tiles.
-// The tiles from dp_tiles on (the stream-K region) are one run of their K blocks, tile after tile, cut
-// into sk_ctas equal ranges, one per CTA 0 .. sk_ctas - 1 (at least one K block each): a CTA's range
-// covers the end of one tile, maybe whole tiles, and the start of another. A tile shared by several
-// CTAs is summed in the kernel (split_fixup): each CTA's part of it is a piece, numbered in K order.
-// Two uses (make_schedule): a split tail (the tiles past the last full wave, each cut into `pieces` equal
-// pieces: sk_ctas = pieces x those tiles) and stream-K (the last partial wave with the full one before it
-// spread over the whole grid, so every CTA does the same number of K blocks and a tile has at most two
-// pieces). Tile t -> (tile_m, tile_n), in groups of `group` tiles along M (or along N when along_n) so
-// that the CTAs in flight share operand tiles in L2.
+// The persistent schedule. Work units u = blockIdx.x, + gridDim.x, ...: the first dp_tiles units are
+// whole tiles; when the tiles leave a last wave partly empty, the tiles after dp_tiles (fewer than the
+// grid) are each cut into `pieces` K ranges, one unit each, so that the last wave fills the SMs (a split
+// tail, summed in the kernel: split_fixup). Tile t -> (tile_m, tile_n), in groups of `group` tiles along
+// M (or along N when along_n) so that the CTAs in flight share operand tiles in L2.
 struct Schedule {
   int tiles_m, tiles_n, group, along_n;
   int kblocks;
-  int dp_tiles;  // == count() without a stream-K region
-  int sk_ctas;   // 0 without one
+  int dp_tiles;  // == count() when no tile is split
+  int pieces;    // K ranges per split tile
   __host__ __device__ int count() const { return tiles_m * tiles_n; }
-  __host__ __device__ int sk_tiles() const { return count() - dp_tiles; }
-  // 32-bit arithmetic (make_schedule keeps sk_blocks() x sk_ctas below 2^31): 64-bit divisions compile to
-  // calls, after which ptxas no longer keeps the consumer loop's descriptors in uniform registers.
-  __host__ __device__ int sk_blocks() const { return sk_tiles() * kblocks; }
-  // CTA c's range of the stream-K region's K blocks is [sk_start(c), sk_start(c + 1)).
-  __host__ __device__ int sk_start(int c) const { return sk_blocks() * c / sk_ctas; }
-  // The CTA whose range holds K block p of the region: the largest c with sk_start(c) <= p.
-  __device__ int sk_owner(int p) const { return ((p + 1) * sk_ctas - 1) / sk_blocks(); }
-  // A tile's pieces go to consecutive slots from slot(tile's first owner, its index in the region); the
-  // slots of the next tile start after them (its first owner is this tile's last one, or the next CTA).
-  __host__ __device__ int slots() const { return sk_ctas > 0 ? sk_ctas + sk_tiles() : 0; }
-
-  // One unit of work: tile t, K blocks [kb0, kb1); piece >= 0 of `pieces`, its partials at slot + piece,
-  // when the tile is shared with other CTAs (piece -1: a whole tile).
-  struct Unit {
-    int t, kb0, kb1, piece, pieces, slot;
-  };
-  // This CTA's share: whole tiles blockIdx.x + i gridDim.x for i < dp_count, then the K blocks
-  // [sk_begin, sk_end) of the stream-K region.
-  struct Share {
-    int dp_count, sk_begin, sk_end;
-  };
-  __device__ Share share() const {
-    int const c = blockIdx.x;
-    int const dp_count = c < dp_tiles ? (dp_tiles - c + gridDim.x - 1) / gridDim.x : 0;
-    return c < sk_ctas ? Share{dp_count, sk_start(c), sk_start(c + 1)} : Share{dp_count, 0, 0};
-  }
-  // This CTA's unit i (false past its last). Units past the whole tiles are the stream-K range's parts of
-  // one tile each, in order.
-  __device__ bool unit(Share const &my, int i, Unit &w) const {
-    if (i < my.dp_count) {
-      w = Unit{static_cast<int>(blockIdx.x + i * gridDim.x), 0, kblocks, -1, 1, 0};
-      return true;
+  __host__ __device__ int split_tiles() const { return count() - dp_tiles; }
+  __host__ __device__ int units() const { return dp_tiles + split_tiles() * pieces; }
+  // Unit u: tile t, K blocks [kb0, kb1); piece >= 0 for a piece of a split tile (-1: a whole tile).
+  __device__ void unit(int u, int &t, int &kb0, int &kb1, int &piece) const {
+    if (u < dp_tiles) {
+      t = u, kb0 = 0, kb1 = kblocks, piece = -1;
+      return;
     }
-    int const rel = (my.sk_begin / kblocks) + (i - my.dp_count);  // the tile's index in the region
-    int const tile_begin = rel * kblocks;
-    if (tile_begin >= my.sk_end) return false;
-    int const first = sk_owner(tile_begin), last = sk_owner(tile_begin + kblocks - 1);
-    w.t = dp_tiles + rel;
-    w.kb0 = max(my.sk_begin - tile_begin, 0);
-    w.kb1 = min(kblocks, my.sk_end - tile_begin);
-    w.pieces = last - first + 1;
-    w.piece = w.pieces > 1 ? static_cast<int>(blockIdx.x) - first : -1;
-    w.slot = first + rel;
-    return true;
+    int const v = u - dp_tiles;
+    t = dp_tiles + v / pieces, piece = v % pieces;
+    kb0 = piece * kblocks / pieces, kb1 = (piece + 1) * kblocks / pieces;
   }
   __device__ void tile(int t, int &tm, int &tn) const {
     int const major = along_n ? tiles_n : tiles_m, minor = along_n ? tiles_m : tiles_n;
@@ -224,6 +185,7 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   uint32_t const base = (smem_addr(smem_raw) + 1023) & ~1023u;
   uint32_t const full_bar = base + L::kOffBar;  // kStages barriers: the stage's operands and scales landed
   uint32_t const empty_bar = full_bar + 8 * L::kStages;  // kStages barriers: every consumer thread is done
+  int const units = sched.units();
   int const kblocks = sched.kblocks;
   int const nblocks = (N + 127) / 128;  // w_scale rows
 
@@ -245,15 +207,14 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
         cute::prefetch_tma_descriptor(&map_w);
       }
       uint32_t it = 0;
-      Schedule::Share const my = sched.share();
-      Schedule::Unit w;
-      for (int i = 0; sched.unit(my, i, w); ++i) {
-        int tm, tn;
-        sched.tile(w.t, tm, tn);
+      for (int u = blockIdx.x; u < units; u += gridDim.x) {
+        int t, kb0, kb1, piece, tm, tn;
+        sched.unit(u, t, kb0, kb1, piece);
+        sched.tile(t, tm, tn);
         // Scale rows past M and blocks past N are clamped (their outputs are clipped by the TMA store).
         int const m0 = tm * kBlockM;
         int const wblock = min(tn * BN / 128 + lane, nblocks - 1);  // lanes 0 and 1
-        for (int kb = w.kb0; kb < w.kb1; ++kb, ++it) {
+        for (int kb = kb0; kb < kb1; ++kb, ++it) {
           int const s = acquire_stage<L::kStages>(full_bar, empty_bar, it, L::kBytesA + L::kBytesB, lane == 0);
           if (lane == 0) {
             tma_load(&map_x, full_bar + 8 * s, base + s * L::kBytesA, kb * kBlockK, m0);
@@ -290,11 +251,10 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   uint32_t const scale_x0 = base + L::kOffScale + 4 * (64 * cw + 16 * warp + lane / 4);
   uint32_t const scale_w0 = base + L::kOffScale + 4 * kBlockM;
   uint32_t it = 0;
-  Schedule::Share const my = sched.share();
-  Schedule::Unit w;
-  for (int i = 0; sched.unit(my, i, w); ++i) {
-    int tm, tn;
-    sched.tile(w.t, tm, tn);
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    int t, kb0, kb1, piece, tm, tn;
+    sched.unit(u, t, kb0, kb1, piece);
+    sched.tile(t, tm, tn);
     int const m0 = tm * kBlockM, n0 = tn * BN;
     bool const split_at_64 = (n0 % 128) != 0;  // BN = 192 only: columns 0..63 in the first block
 #pragma unroll
@@ -304,7 +264,7 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
     // scales are read and the next stage probed while the batch runs.
     int s = ring_stage<L::kStages>(it);
     bar_wait(full_bar + 8 * s, ring_parity<L::kStages>(it));
-    for (int kb = w.kb0; kb < w.kb1; ++kb) {
+    for (int kb = kb0; kb < kb1; ++kb) {
       issue_batch<BN>(acc, desc_a0 + static_cast<uint64_t>(s * (L::kBytesA >> 4)),
                       desc_b0 + static_cast<uint64_t>(s * (L::kBytesB >> 4)));
       uint32_t const stage_scales = s * L::kBytesScale;
@@ -317,17 +277,18 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
       fence_all<BN>(acc);
       bar_arrive(empty_bar + 8 * s);  // this thread is done with the stage's operands and scales
       // The next tile's first stage is waited for at that tile's start.
-      bool const next_ready = kb + 1 == w.kb1 || bar_test(full_bar + 8 * ns, nparity);
+      bool const next_ready = kb + 1 == kb1 || bar_test(full_bar + 8 * ns, nparity);
       promote_cols<BN / 8>(split_at_64, out, acc, a0, a1, b.x, b.y);
       if (!next_ready) bar_wait(full_bar + 8 * ns, nparity);
       s = ns;
     }
 
-    if (w.piece >= 0) {  // slots of 64 kConsumers x BN floats, one 64 x BN block per consumer warpgroup
+    if (piece >= 0) {  // slots: (split tile, piece, consumer warpgroup) blocks of 64 x BN floats
+      int const split = t - sched.dp_tiles;  // which split tile
       int64_t const slot_stride = int64_t{kBlockM} * BN;
-      int const shared = w.t - sched.dp_tiles;  // the tile's index in the stream-K region
-      if (!split_fixup<BN / 2>(out, partials + w.slot * slot_stride + cw * 64 * BN,
-                               counters + shared * kConsumers + cw, w.piece, w.pieces, slot_stride, 1 + cw, t128)) {
+      int64_t const first = static_cast<int64_t>(split) * sched.pieces * slot_stride;
+      if (!split_fixup<BN / 2>(out, partials + first + cw * 64 * BN, counters + split * kConsumers + cw, piece,
+                               sched.pieces, slot_stride, 1 + cw, t128)) {
         continue;
       }
     }
@@ -364,45 +325,30 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
 // ---------------------------------------------------------------------------------------------
 // host side
 // ---------------------------------------------------------------------------------------------
-// The schedule for g: tiles of (64 kConsumers) x BN over g.sm_count CTAs. Where the tiles leave the last
-// wave partly empty: with g.splits > 1, a split tail (each tile past the last full wave cut into up to
-// g.splits equal K pieces, as many as keep one piece per CTA and at least one K block each); with
-// g.splits == 0, stream-K over the last two waves (or over all tiles, when there is no full wave).
+// The schedule for g: tiles of (64 kConsumers) x BN; with g.splits > 1, the tiles past the last full
+// wave of g.sm_count CTAs are each cut into up to g.splits K ranges (as many as keep one unit per CTA
+// and at least one K block per range).
 template <int BN, int kConsumers>
 Schedule make_schedule(GemmArgs const &g) {
   constexpr int kBlockM = Layout<BN, kConsumers>::kBlockM;
   Schedule sched{(g.M + kBlockM - 1) / kBlockM, (g.N + BN - 1) / BN, g.swizzle > 1 ? g.swizzle : 8,
                  g.raster == 2 ? 1 : 0, g.K / kBlockK};
-  int const tiles = sched.count(), rest = tiles % g.sm_count, waves = tiles / g.sm_count;
-  sched.dp_tiles = tiles;
-  sched.sk_ctas = 0;
-  if (rest != 0 && g.splits == 0) {
-    sched.dp_tiles = std::max(waves - 1, 0) * g.sm_count;
-    sched.sk_ctas = std::min(g.sm_count, sched.sk_blocks());
-  } else if (rest != 0 && g.splits > 1) {
-    int const pieces = std::min({g.splits, g.sm_count / rest, sched.kblocks});
-    if (pieces > 1) {
-      sched.dp_tiles = tiles - rest;
-      sched.sk_ctas = rest * pieces;
-    }
-  }
-  if (static_cast<int64_t>(sched.sk_blocks()) * sched.sk_ctas >= (int64_t{1} << 31)) {  // K beyond any model
-    sched.dp_tiles = tiles;
-    sched.sk_ctas = 0;
-  }
+  int const tiles = sched.count(), rest = tiles % g.sm_count;
+  sched.pieces = rest == 0 ? 1 : std::min({g.splits, g.sm_count / rest, sched.kblocks});
+  sched.dp_tiles = sched.pieces > 1 ? tiles - rest : tiles;
   return sched;
 }
 
-// Scratch of a stream-K region: one fp32 tile per slot, then one counter per shared tile and warpgroup
-// (zeroed by run_wgmma before each launch); none without a stream-K region.
+// Scratch of a split tail: one fp32 block per piece, then one counter per split tile and warpgroup
+// (zeroed by run_wgmma before each launch); none without a split tail.
 template <int BN, int kConsumers>
 size_t partials_bytes(Schedule const &sched) {
-  return static_cast<size_t>(sched.slots()) * Layout<BN, kConsumers>::kBlockM * BN * sizeof(float);
+  return static_cast<size_t>(sched.split_tiles()) * sched.pieces * Layout<BN, kConsumers>::kBlockM * BN * sizeof(float);
 }
 
 template <int kConsumers>
 size_t counter_bytes(Schedule const &sched) {
-  return sched.sk_ctas > 0 ? static_cast<size_t>(sched.sk_tiles()) * kConsumers * sizeof(unsigned) : 0;
+  return static_cast<size_t>(sched.split_tiles()) * kConsumers * sizeof(unsigned);
 }
 
 template <int BN, int kConsumers>
@@ -416,7 +362,7 @@ int run_wgmma(GemmArgs const &g, void *workspace, cudaStream_t stream) {
   using L = Layout<BN, kConsumers>;
   constexpr int kBlockM = L::kBlockM;
   // bf16 output only, K a whole number of blocks, TMA's 16-byte row strides and base addresses.
-  if (g.kslices != 1 || g.K % kBlockK != 0 || g.N % 8 != 0 || g.ldd % 8 != 0 || g.splits < 0 ||
+  if (g.kslices != 1 || g.K % kBlockK != 0 || g.N % 8 != 0 || g.ldd % 8 != 0 || g.splits < 1 ||
       (reinterpret_cast<uintptr_t>(g.d) & 15) != 0) {
     return -static_cast<int>(cudaErrorInvalidValue);
   }
@@ -429,14 +375,14 @@ int run_wgmma(GemmArgs const &g, void *workspace, cudaStream_t stream) {
   Schedule const sched = make_schedule<BN, kConsumers>(g);
   float *partials = nullptr;
   unsigned *counters = nullptr;
-  if (sched.sk_ctas > 0) {
+  if (sched.split_tiles() > 0) {
     if (workspace == nullptr) return -static_cast<int>(cudaErrorInvalidValue);
     partials = static_cast<float *>(workspace);
     counters = reinterpret_cast<unsigned *>(static_cast<uint8_t *>(workspace) + partials_bytes<BN, kConsumers>(sched));
     cudaError_t const err = cudaMemsetAsync(counters, 0, counter_bytes<kConsumers>(sched), stream);
     if (err != cudaSuccess) return -static_cast<int>(err);
   }
-  int const grid = std::max(std::min(sched.dp_tiles, g.sm_count), sched.sk_ctas);
+  int const grid = std::min(sched.units(), g.sm_count);
   cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN, kConsumers>>(
       grid, L::kThreads, L::kSmem, g.device, stream, g.pdl, map_x, map_w, map_d, g.sx, g.sw, g.M, g.N, sched,
       partials, counters);
