@@ -290,7 +290,7 @@ void natural_with_config(at::Tensor &out, at::Tensor const &x, at::Tensor const 
 
 void seed_prepare(at::Tensor &x, at::Tensor &w, at::Tensor &x_scale, at::Tensor &w_scale,
                   at::Tensor const &a, at::Tensor const &b, at::Tensor const &a_scale,
-                  at::Tensor const &b_scale, int prep_per_sm) {
+                  at::Tensor const &b_scale) {
   c10::cuda::CUDAGuard guard(a.device());
   PrepArgs p{};
   p.a = static_cast<uint8_t const *>(a.data_ptr());
@@ -304,7 +304,6 @@ void seed_prepare(at::Tensor &x, at::Tensor &w, at::Tensor &x_scale, at::Tensor 
   p.M = a.size(1);
   p.N = b.size(1);
   p.K = a.size(0);
-  p.blocks = prep_per_sm * sm_count(a.get_device());
   C10_CUDA_CHECK(launch_seed_prep(p, c10::cuda::getCurrentCUDAStream(a.get_device()).stream()));
 }
 
@@ -319,7 +318,7 @@ void seed_with_config(at::Tensor &c, at::Tensor const &a, at::Tensor const &b, a
   at::Tensor w = at::empty({N, K}, b.options());
   at::Tensor sx = at::empty({M, KB}, a_scale.options());
   at::Tensor sw = at::empty({NB, KB}, b_scale.options());
-  seed_prepare(x, w, sx, sw, a, b, a_scale, b_scale, tuning.prep_per_sm);
+  seed_prepare(x, w, sx, sw, a, b, a_scale, b_scale);
   natural_impl(c, x, w, sx, sw, tuning, /*after_prep=*/tuning.pdl);
 }
 

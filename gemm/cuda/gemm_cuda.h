@@ -19,8 +19,6 @@ struct Tuning {
   // Seed layout: the GEMM launches as a programmatic dependent of the preparation (GemmArgs::pdl); false
   // only to measure what that saves (tests/cuda/config_sweep.py variant `spicknopdl`).
   bool pdl = true;
-  // Seed layout: the preparation's blocks per SM (0: one block per tile; > 0: persistent, pipelined).
-  int prep_per_sm = 0;
 };
 
 // Number of compiled GEMM configurations (see kNameCfg* in gemm_cuda_cfg*.cu).
@@ -39,6 +37,6 @@ void seed_with_config(at::Tensor &c, at::Tensor const &a, at::Tensor const &b,
 // The seed layout's preparation step alone (transposes into K-major scratch), for timing it.
 void seed_prepare(at::Tensor &x, at::Tensor &w, at::Tensor &x_scale, at::Tensor &w_scale,
                   at::Tensor const &a, at::Tensor const &b, at::Tensor const &a_scale,
-                  at::Tensor const &b_scale, int prep_per_sm = 0);
+                  at::Tensor const &b_scale);
 
 }  // namespace gemm_cuda

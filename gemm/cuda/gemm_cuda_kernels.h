@@ -110,7 +110,6 @@ struct PrepArgs {
   float *sx;
   float *sw;
   int64_t M, N, K;
-  int blocks = 0;  // > 0: a persistent grid of this many blocks, each pipelining its tiles (0: one per tile)
 };
 cudaError_t launch_seed_prep(PrepArgs const &p, cudaStream_t stream);
 

@@ -5,7 +5,6 @@
 // shared-memory transpose (4x4 byte transposes in registers with prmt).
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 
 #include "gemm_cuda_kernels.h"
@@ -17,32 +16,24 @@ constexpr int kTT = 128;  // byte tile: 128 rows (k) x 128 columns (m or n)
 constexpr int kThreads = 256;
 constexpr int kScalePerBlock = kThreads * 4;
 
-// One kTT x kTT tile of src (rows x cols bytes, row-major; cols % 16 == 0 and src 16-byte aligned;
-// rows % kTT == 0) at (r0, c0), to be transposed into dst (cols x rows).
-struct Tile {
-  uint8_t const *src;
-  uint8_t *dst;
-  int64_t rows, cols, r0, c0;
-};
-
-// Phase 1 of a tile's transpose: coalesced 16-byte loads; 128 rows x 8 chunks = 1024 chunks, 4 per thread.
-__device__ __forceinline__ void load_tile(Tile const &tile, uint4 (&v)[4]) {
+// Transposes one kTT x kTT tile of src (rows x cols bytes, row-major; cols % 16 == 0 and src 16-byte
+// aligned; rows % kTT == 0) into dst (cols x rows). Shared memory holds the tile as 8 chunks of 16 bytes
+// per row; chunk c of row r is stored at c ^ ((r >> 4) & 7), so that phase 2's reads of one word column
+// over 16 rows by a warp hit 32 distinct banks.
+__device__ __forceinline__ void transpose_tile(uint8_t const *__restrict__ src, uint8_t *__restrict__ dst,
+                                               int64_t rows, int64_t cols, int64_t r0, int64_t c0,
+                                               uint32_t *smem) {
   int const t = threadIdx.x;
+  // Phase 1: coalesced 16-byte loads; 128 rows x 8 chunks = 1024 chunks, 4 per thread.
+  uint4 v[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     int const idx = t + i * kThreads;
     int const r = idx >> 3, c = idx & 7;
-    int64_t const gc = tile.c0 + c * 16;
+    int64_t const gc = c0 + c * 16;
     v[i] = make_uint4(0, 0, 0, 0);
-    if (gc < tile.cols) v[i] = __ldg(reinterpret_cast<uint4 const *>(tile.src + (tile.r0 + r) * tile.cols + gc));
+    if (gc < cols) v[i] = __ldg(reinterpret_cast<uint4 const *>(src + (r0 + r) * cols + gc));
   }
-}
-
-// The rest, through shared memory, which holds the tile as 8 chunks of 16 bytes per row; chunk c of row r
-// is stored at c ^ ((r >> 4) & 7), so that phase 2's reads of one word column over 16 rows by a warp hit
-// 32 distinct banks.
-__device__ __forceinline__ void store_tile(Tile const &tile, uint4 const (&v)[4], uint32_t *smem) {
-  int const t = threadIdx.x;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     int const idx = t + i * kThreads;
@@ -63,7 +54,7 @@ __device__ __forceinline__ void store_tile(Tile const &tile, uint4 const (&v)[4]
   // r0 + 16kg .. +15, byte j of w[0..15]: word q gathers byte j of w[4q..4q+3].
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    int64_t const oc = tile.c0 + 4 * mq + j;
+    int64_t const oc = c0 + 4 * mq + j;
     uint32_t const sel = static_cast<uint32_t>(j) | (static_cast<uint32_t>(j + 4) << 4);
     uint32_t o[4];
 #pragma unroll
@@ -72,8 +63,8 @@ __device__ __forceinline__ void store_tile(Tile const &tile, uint4 const (&v)[4]
       uint32_t const hi = __byte_perm(w[4 * q + 2], w[4 * q + 3], sel);
       o[q] = __byte_perm(lo, hi, 0x5410);
     }
-    if (oc < tile.cols) {
-      *reinterpret_cast<uint4 *>(tile.dst + oc * tile.rows + tile.r0 + kg * 16) = make_uint4(o[0], o[1], o[2], o[3]);
+    if (oc < cols) {
+      *reinterpret_cast<uint4 *>(dst + oc * rows + r0 + kg * 16) = make_uint4(o[0], o[1], o[2], o[3]);
     }
   }
 }
@@ -85,28 +76,25 @@ struct PrepParams {
   int64_t tiles_m, tiles_n;  // tile columns per operand
 };
 
-// Work item i of the preparation: a tile of a, a tile of b, or (past both) kScalePerBlock scale values.
-__device__ __forceinline__ bool item_tile(PrepParams const &q, int64_t i, Tile &tile) {
+__global__ void __launch_bounds__(kThreads) seed_prep_kernel(PrepParams const q) {
+  __shared__ __align__(16) uint32_t smem[kTT * kTT / 4];
   PrepArgs const &p = q.p;
-  if (i < q.tiles_a) {
-    tile = Tile{p.a, p.x, p.K, p.M, (i / q.tiles_m) * kTT, (i % q.tiles_m) * kTT};
-    return true;
+  int64_t bid = blockIdx.x;
+  if (bid < q.tiles_a) {
+    transpose_tile(p.a, p.x, p.K, p.M, (bid / q.tiles_m) * kTT, (bid % q.tiles_m) * kTT, smem);
+    return;
   }
-  i -= q.tiles_a;
-  if (i < q.tiles_b) {
-    tile = Tile{p.b, p.w, p.K, p.N, (i / q.tiles_n) * kTT, (i % q.tiles_n) * kTT};
-    return true;
+  bid -= q.tiles_a;
+  if (bid < q.tiles_b) {
+    transpose_tile(p.b, p.w, p.K, p.N, (bid / q.tiles_n) * kTT, (bid % q.tiles_n) * kTT, smem);
+    return;
   }
-  return false;
-}
-
-// Scales, in output order (coalesced writes; the reads are small and strided): chunk `chunk` of them.
-__device__ __forceinline__ void copy_scales(PrepParams const &q, int64_t chunk) {
-  PrepArgs const &p = q.p;
+  bid -= q.tiles_b;
+  // Scales, in output order (coalesced writes; the reads are small and strided).
   int64_t const total_a = p.M * q.KB, total = total_a + q.NB * q.KB;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    int64_t const e = chunk * kScalePerBlock + i * kThreads + threadIdx.x;
+    int64_t const e = bid * kScalePerBlock + i * kThreads + threadIdx.x;
     if (e >= total) return;
     if (e < total_a) {
       int64_t const m = e / q.KB, kb = e % q.KB;
@@ -115,46 +103,6 @@ __device__ __forceinline__ void copy_scales(PrepParams const &q, int64_t chunk) 
       int64_t const f = e - total_a, n = f / q.KB, kb = f % q.KB;
       p.sw[f] = p.sb[kb * q.NB + n];
     }
-  }
-}
-
-// Items blockIdx.x, + gridDim.x, ...: one per block (the grid covers them all), or, kPipelined, a
-// persistent grid whose blocks each load their next tile before they transpose the current one, so that
-// their loads stay in flight while they store.
-template <bool kPipelined>
-__global__ void __launch_bounds__(kThreads) seed_prep_kernel(PrepParams const q, int64_t items) {
-  __shared__ __align__(16) uint32_t smem[kTT * kTT / 4];
-  Tile tile;
-  uint4 v[4];
-  if constexpr (!kPipelined) {
-    if (item_tile(q, blockIdx.x, tile)) {
-      load_tile(tile, v);
-      store_tile(tile, v, smem);
-    } else {
-      copy_scales(q, blockIdx.x - q.tiles_a - q.tiles_b);
-    }
-    return;
-  }
-  int64_t i = blockIdx.x;
-  bool have = i < items && item_tile(q, i, tile);
-  if (have) load_tile(tile, v);
-  for (; i < items; i += gridDim.x) {
-    if (!have) {
-      copy_scales(q, i - q.tiles_a - q.tiles_b);
-      continue;
-    }
-    Tile next;
-    uint4 nv[4];
-    bool const next_have = i + gridDim.x < items && item_tile(q, i + gridDim.x, next);
-    if (next_have) load_tile(next, nv);
-    store_tile(tile, v, smem);
-    __syncthreads();  // the next tile overwrites shared memory
-    if (next_have) {
-      tile = next;
-#pragma unroll
-      for (int c = 0; c < 4; ++c) v[c] = nv[c];
-    }
-    have = next_have;
   }
 }
 
@@ -191,14 +139,9 @@ cudaError_t launch_seed_prep(PrepArgs const &p, cudaStream_t stream) {
   q.tiles_a = vec_a ? (p.K / kTT) * q.tiles_m : 0;
   q.tiles_b = vec_b ? (p.K / kTT) * q.tiles_n : 0;
   int64_t const scale_blocks = (p.M * q.KB + q.NB * q.KB + kScalePerBlock - 1) / kScalePerBlock;
-  int64_t const items = q.tiles_a + q.tiles_b + scale_blocks;
-  int64_t const blocks = p.blocks > 0 ? std::min<int64_t>(items, p.blocks) : items;
+  int64_t const blocks = q.tiles_a + q.tiles_b + scale_blocks;
   if (blocks >= INT32_MAX) return cudaErrorInvalidValue;
-  if (blocks < items) {
-    seed_prep_kernel<true><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(q, items);
-  } else {
-    seed_prep_kernel<false><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(q, items);
-  }
+  seed_prep_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(q);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   if (!vec_a) {

@@ -52,15 +52,8 @@ def parse_variant(spec: str) -> dict | None:
         return {"pertensor": True}
     if spec == "pick":
         return {"cfg": -1}
-    # nopdl: Tuning.pdl off; q<n>: Tuning.prep_per_sm
-    if m := re.fullmatch(r"(?:spick|seed(\d+)(?:p(\d+))?)(?:q(\d+))?(nopdl)?", spec):
-        return {
-            "cfg": int(m.group(1) or -1),
-            "layout": "seed",
-            "pdl": not m.group(4),
-            "splits": int(m.group(2) or 1),
-            "prep_per_sm": int(m.group(3) or 0),
-        }
+    if m := re.fullmatch(r"(?:spick|seed(\d+)(?:p(\d+))?)(nopdl)?", spec):  # nopdl: Tuning.pdl off
+        return {"cfg": int(m.group(1) or -1), "layout": "seed", "pdl": not m.group(3), "splits": int(m.group(2) or 1)}
     m = re.fullmatch(r"c(\d+)((?:[rspk]\d+)*)", spec)
     if not m:
         raise SystemExit(f"bad variant {spec!r}: want pick, torch or c<cfg>[r<n>][s<n>][p<n>][k<n>]")
@@ -82,7 +75,7 @@ def calls(mod, sets, outs, knobs: dict | None) -> list:
         return [
             (
                 lambda s=s, o=o: mod.seed_cfg(
-                    o, s.a, s.b, s.a_scale, s.b_scale, knobs["cfg"], knobs["pdl"], knobs["splits"], knobs["prep_per_sm"]
+                    o, s.a, s.b, s.a_scale, s.b_scale, knobs["cfg"], knobs["pdl"], knobs["splits"]
                 )
             )
             for s, o in zip(sets, outs, strict=True)

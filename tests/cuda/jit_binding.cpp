@@ -21,18 +21,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   }, py::arg("out"), py::arg("x"), py::arg("w"), py::arg("sx"), py::arg("sw"), py::arg("cfg"),
         py::arg("raster") = 0, py::arg("swizzle") = 1, py::arg("splits") = 1, py::arg("kslices") = 1);
   m.def("seed_cfg", [](at::Tensor c, at::Tensor a, at::Tensor b, at::Tensor sa, at::Tensor sb, int cfg, bool pdl,
-                       int splits, int prep_per_sm) {
+                       int splits) {
     gemm_cuda::Tuning t{cfg, 0, 1, splits, 1};
     t.pdl = pdl;
-    t.prep_per_sm = prep_per_sm;
     gemm_cuda::seed_with_config(c, a, b, sa, sb, t);
   }, py::arg("c"), py::arg("a"), py::arg("b"), py::arg("sa"), py::arg("sb"), py::arg("cfg"), py::arg("pdl") = true,
-        py::arg("splits") = 1, py::arg("prep_per_sm") = 0);
+        py::arg("splits") = 1);
   m.def("seed_prepare", [](at::Tensor x, at::Tensor w, at::Tensor sx, at::Tensor sw, at::Tensor a,
-                           at::Tensor b, at::Tensor sa, at::Tensor sb, int prep_per_sm) {
-    gemm_cuda::seed_prepare(x, w, sx, sw, a, b, sa, sb, prep_per_sm);
-  }, py::arg("x"), py::arg("w"), py::arg("sx"), py::arg("sw"), py::arg("a"), py::arg("b"), py::arg("sa"),
-        py::arg("sb"), py::arg("prep_per_sm") = 0);
+                           at::Tensor b, at::Tensor sa, at::Tensor sb) {
+    gemm_cuda::seed_prepare(x, w, sx, sw, a, b, sa, sb);
+  });
   m.def("num_configs", &gemm_cuda::num_configs);
   m.def("config_name", [](int cfg) { return std::string(gemm_cuda::config_name(cfg)); });
   m.def("pick_tuning", [](int64_t m, int64_t n, int64_t k) {

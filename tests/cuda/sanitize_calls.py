@@ -61,7 +61,6 @@ def main() -> int:
     ap.add_argument("--shapes", type=int, default=len(SHAPES), help="use only the first N shapes")
     ap.add_argument("--cfg", type=int, default=-1, help="JIT build only: force this configuration on every call")
     ap.add_argument("--splits", type=int, default=1, help="with --cfg: Tuning.splits of the calls")
-    ap.add_argument("--prep-per-sm", type=int, default=0, help="with --cfg: Tuning.prep_per_sm of the seed calls")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     if args.kernel_dir:
@@ -79,7 +78,7 @@ def main() -> int:
         natural, seed = mod.gemm_natural, mod.gemm_seed
         if args.cfg >= 0:
             natural = functools.partial(mod.natural_cfg, cfg=args.cfg, splits=args.splits)
-            seed = functools.partial(mod.seed_cfg, cfg=args.cfg, splits=args.splits, prep_per_sm=args.prep_per_sm)
+            seed = functools.partial(mod.seed_cfg, cfg=args.cfg, splits=args.splits)
     gen = torch.Generator(device="cuda")
     gen.manual_seed(7)
     failures = 0

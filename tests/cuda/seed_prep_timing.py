@@ -25,16 +25,15 @@ from benchmarks.timing import Budget, Flusher, time_samples  # noqa: E402
 from tests.cuda.device_check import load_jit  # noqa: E402
 
 
-def measure(mod, shape, dev, budget, flush, gen, per_sm: int = 0) -> dict:
-    """Device times (us) of the preparation alone, the natural call and the seed call on one shape
-    (per_sm: Tuning.prep_per_sm of the preparation timed alone)."""
+def measure(mod, shape, dev, budget, flush, gen) -> dict:
+    """Device times (us) of the preparation alone, the natural call and the seed call on one shape."""
     m, n, k = shape.m, shape.n, shape.k
     s = make_inputs(shape, dev, torch.float8_e4m3fn, gen)
     x, w = torch.empty_like(s.x), torch.empty_like(s.w)  # the K-major outputs of the preparation
     sx, sw = torch.empty_like(s.x_scale), torch.empty_like(s.w_scale)
     out = torch.empty(m, n, dtype=torch.bfloat16, device=dev)
     fns = {
-        "prep": lambda: mod.seed_prepare(x, w, sx, sw, s.a, s.b, s.a_scale, s.b_scale, per_sm),
+        "prep": lambda: mod.seed_prepare(x, w, sx, sw, s.a, s.b, s.a_scale, s.b_scale),
         "natural": lambda: mod.gemm_natural(out, s.x, s.w, s.x_scale, s.w_scale),
         "seed": lambda: mod.gemm_seed(out, s.a, s.b, s.a_scale, s.b_scale),
     }
@@ -49,7 +48,6 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="challenge")
     ap.add_argument("--out", type=pathlib.Path)
-    ap.add_argument("--prep-per-sm", type=int, default=0, help="Tuning.prep_per_sm of the preparation alone")
     args = ap.parse_args()
     mod = load_jit()
     dev = torch.device("cuda")
@@ -59,7 +57,7 @@ def main() -> int:
     rows = []
     print(f"{'m x n x k':>18} {'prep us':>8} {'TB/s':>6} {'natural':>8} {'seed':>8} {'seed-nat':>8}")
     for shape in parse_shapes(args.shapes):
-        r = measure(mod, shape, dev, budget, flush, gen, args.prep_per_sm)
+        r = measure(mod, shape, dev, budget, flush, gen)
         rows.append(r)
         gap = r["seed_us"] - r["natural_us"]
         print(
