@@ -211,6 +211,17 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
     return t;
   }
   if (K <= 512) {
+    // Three or more waves of 128x128 tiles, fewer of 192x128 ones whose last wave is no emptier: the
+    // 192x128 kernel (three consumer warpgroups, its epilogue split three ways), as for four waves above.
+    // Measured (tests/cuda/config_sweep.py, us, runs 34, 35, 37, 48, 51, 67): 1024x7168x256 12.7-13.3 vs
+    // 13.0-14.3 on 128x128 tiles in all six (3 waves vs 4, both 85 % full). 1024x4096x512 (two waves of
+    // either, the 192x128 ones 73 % full) stays on 128x128: 13.2 vs 11.8 (run 67).
+    auto const waves_of = [](int64_t n) { return (n + kSms - 1) / kSms; };
+    if (waves_of(tiles) >= 3 && waves_of(tiles_tall) < waves_of(tiles) &&
+        wave_fill(tiles_tall, kSms) + 0.01 >= wave_fill(tiles, kSms)) {
+      t.cfg = kTall192Config;
+      return t;
+    }
     // At least a wave of 128x128 tiles: the hand-written 128x128 kernel. Measured (runs 34 and 35):
     // 1024x4096x512 11.7 / 11.5 us vs 12.6 / 12.5 for CUTLASS's ping-pong.
     if (tiles >= kSms) {
