@@ -154,9 +154,12 @@ char const *config_name(int cfg) {
   return kConfigs[cfg].name;
 }
 
-// Average occupancy of the waves that `tiles` equal tiles make on `sms` SMs (1.0: the last wave is full).
+// How many waves `tiles` equal tiles make on `sms` SMs, the last one maybe partial.
+static int64_t wave_count(int64_t tiles, int64_t sms) { return (tiles + sms - 1) / sms; }
+
+// Average occupancy of those waves (1.0: the last wave is full).
 static double wave_fill(int64_t tiles, int64_t sms) {
-  int64_t const waves = (tiles + sms - 1) / sms;
+  int64_t const waves = wave_count(tiles, sms);
   return waves == 0 ? 0.0 : static_cast<double>(tiles) / static_cast<double>(waves * sms);
 }
 
@@ -216,8 +219,7 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
     // Measured (tests/cuda/config_sweep.py, us, runs 34, 35, 37, 48, 51, 67): 1024x7168x256 12.7-13.3 vs
     // 13.0-14.3 on 128x128 tiles in all six (3 waves vs 4, both 85 % full). 1024x4096x512 (two waves of
     // either, the 192x128 ones 73 % full) stays on 128x128: 13.2 vs 11.8 (run 67).
-    auto const waves_of = [](int64_t n) { return (n + kSms - 1) / kSms; };
-    if (waves_of(tiles) >= 3 && waves_of(tiles_tall) < waves_of(tiles) &&
+    if (wave_count(tiles, kSms) >= 3 && wave_count(tiles_tall, kSms) < wave_count(tiles, kSms) &&
         wave_fill(tiles_tall, kSms) + 0.01 >= wave_fill(tiles, kSms)) {
       t.cfg = kTall192Config;
       return t;
