@@ -128,6 +128,7 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
   g.raster = tuning.raster;
   g.swizzle = tuning.swizzle;
   g.splits = tuning.splits;
+  g.overlap_store = tuning.overlap_store;
 
   size_t const ws_bytes = kConfigs[cfg].workspace(g);
   at::Tensor workspace;
@@ -181,6 +182,13 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   int64_t const tiles = tile_count(128, 128);
   int64_t const kblocks = K / kBlock;
   Tuning t;
+  // The hand-written kernels' store beside the next tile's first batch, from K = 2048 (16 K blocks per
+  // tile). Measured in one build each (tests/cuda/config_sweep.py, us, overlapped vs stored first; runs 71
+  // and 72): 6144x7168x2048 162.0 / 175.7 vs 175.8 / 178.6, 6144x7168x2304 191.9 / 191.9 vs 195.5 / 196.5,
+  // 6144x1536x7168 115.2 / 124.7 vs 130.1 / 127.2, 8192^3 964.5 vs 977.4; even at 6144x4608x7168. It lost
+  // at K <= 1536 (run 71: 6144x7168x256 33.2 vs 31.8, 6144x4096x512 31.2 vs 29.5, 6144x3072x1536 56.5 vs
+  // 54.6), where a tile's few K blocks do not hide the epilogue's shared-memory traffic.
+  t.overlap_store = K >= 2048;
   // Decode-like (M <= 64): the decode kernel (w's rows on wgmma's M, gemm_cuda_decode.cu); at K >= 4096 with
   // K cut into the most slices that keep one CTA per SM and >= 4 K blocks per slice. Measured (run 43,
   // tests/cuda/config_sweep.py, us; before -> after): 1x4608x7168 23.0 -> 18.8 (one slice), 3x520x7168

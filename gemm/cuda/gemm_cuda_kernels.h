@@ -34,6 +34,10 @@ struct GemmArgs {
   // K cut into this many slices, each writing fp32 partials (K/128 divisible by it; the K-sliced and the
   // decode configurations only): more CTAs for shapes with few output tiles.
   int kslices = 1;
+  // The hand-written wgmma configurations (6-8): each tile's bf16 store is issued while the CTA's next
+  // unit's first wgmma batch runs, instead of before that batch, so that the tensor cores do not wait for
+  // the epilogue; pick_tuning turns it on where that measured faster (deep K).
+  bool overlap_store = false;
   // Launch as a programmatic dependent of the stream's previous kernel (the seed preparation): the GEMM is
   // launched as that kernel's blocks exit, without waiting for the whole grid's completion and memory
   // flush first, and waits for them itself (griddepcontrol.wait) before it reads any input. Only where

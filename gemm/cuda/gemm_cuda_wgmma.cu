@@ -14,7 +14,8 @@
 //                  fp32 registers (the contract's per-block scaling, the same arithmetic as CUTLASS's
 //                  and cuBLASLt's blockwise kernels), the scales read from shared memory, then the
 //                  stage goes back to the producer;
-//                  epilogue: bf16 into 128-byte-swizzled shared memory, TMA store (clipped at M, N).
+//                  epilogue: bf16 into 128-byte-swizzled shared memory, TMA store (clipped at M, N);
+//                  from K = 2048 on, issued while the next unit's first batch runs (overlap_store).
 // Split tail (GemmArgs::splits > 1): the tiles past the last full wave are cut into K pieces, one per CTA;
 // each piece's fp32 block goes to the workspace and the last piece to arrive sums them (split_fixup).
 // A 192-wide N tile straddles two 128-wide w_scale blocks; which columns take which scale depends only on
@@ -27,6 +28,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "gemm_cuda_kernels.h"
 #include "gemm_cuda_sm90.cuh"
@@ -34,6 +36,9 @@
 namespace gemm_cuda {
 namespace {
 using namespace sm90;
+
+// One 64-row x 64-column bf16 output box in shared memory (128-byte rows).
+constexpr int kOutChunk = 64 * 128;
 
 // An M tile of 64 rows per consumer warpgroup (each issues m64 wgmma), BN columns.
 template <int BN, int kConsumers>
@@ -53,8 +58,7 @@ struct Layout {
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= kLaunchRegs * kThreads, "register file");
   static constexpr int kBytesA = kBlockM * kBlockK;  // per stage
   static constexpr int kBytesB = BN * kBlockK;
-  static constexpr int kChunk = 64 * 128;  // one 64-row x 64-column bf16 output box (128-byte rows)
-  static constexpr int kBytesOut = kConsumers * (BN / 64) * kChunk;  // every consumer warpgroup's block
+  static constexpr int kBytesOut = kConsumers * (BN / 64) * kOutChunk;  // every consumer warpgroup's block
   // A stage's scales: the K block's x_scale of the tile's kBlockM rows, then (from float kBlockM on) its two
   // w_scale blocks (the second unused when BN = 128), padded to 16 bytes.
   static constexpr int kBytesScale = (kBlockM + 4) * 4;
@@ -72,29 +76,29 @@ struct Layout {
 // The promotion (sm_90a; the PTX wrappers and the wgmma batch are in gemm_cuda_sm90.cuh)
 // ---------------------------------------------------------------------------------------------
 #ifdef GEMM_WGMMA_DEVICE
-// out += acc * scale: the scale of row h (0: row r, 1: row r + 8) and of the column's w_scale block
-// (8-column groups j < JB of the tile are in its first block).
-template <int NJ, int JB>
+// out += acc * scale (kFirst: out = 0 + acc * scale, a unit's first K block): the scale of row h (0: row r,
+// 1: row r + 8) and of the column's w_scale block (8-column groups j < JB of the tile are in its first block).
+template <int NJ, int JB, bool kFirst>
 __device__ __forceinline__ void promote(float *out, float const *acc, float s00, float s01, float s10, float s11) {
 #pragma unroll
   for (int j = 0; j < NJ; ++j) {
     float const r0 = j < JB ? s00 : s01;
     float const r1 = j < JB ? s10 : s11;
-    out[4 * j + 0] = fmaf(acc[4 * j + 0], r0, out[4 * j + 0]);
-    out[4 * j + 1] = fmaf(acc[4 * j + 1], r0, out[4 * j + 1]);
-    out[4 * j + 2] = fmaf(acc[4 * j + 2], r1, out[4 * j + 2]);
-    out[4 * j + 3] = fmaf(acc[4 * j + 3], r1, out[4 * j + 3]);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      out[4 * j + e] = fmaf(acc[4 * j + e], e < 2 ? r0 : r1, kFirst ? 0.f : out[4 * j + e]);
+    }
   }
 }
 
 // The same, the tile's first w_scale block ending after 64 columns (split_at_64) or after 128.
-template <int NJ>
+template <int NJ, bool kFirst>
 __device__ __forceinline__ void promote_cols(bool split_at_64, float *out, float const *acc, float a0, float a1,
                                              float b0, float b1) {
   if (split_at_64) {
-    promote<NJ, 8>(out, acc, a0 * b0, a0 * b1, a1 * b0, a1 * b1);
+    promote<NJ, 8, kFirst>(out, acc, a0 * b0, a0 * b1, a1 * b0, a1 * b1);
   } else {
-    promote<NJ, 16>(out, acc, a0 * b0, a0 * b1, a1 * b0, a1 * b1);
+    promote<NJ, 16, kFirst>(out, acc, a0 * b0, a0 * b1, a1 * b0, a1 * b1);
   }
 }
 
@@ -133,6 +137,37 @@ __device__ __forceinline__ bool split_fixup(float *out, float *partials, unsigne
   }
   return true;
 }
+
+// Epilogue: a consumer warpgroup's 64 x BN bf16 block `out` at (row, col) of the output, through its
+// 128-byte-swizzled shared-memory boxes of 64 columns at out_base, then TMA stores (clipped at M, N).
+template <int BN>
+__device__ __forceinline__ void store_block(float const *out, uint32_t out_base, CUtensorMap const *map_d, int row,
+                                            int col, int M, int N, int barrier, int t128) {
+  if (t128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // last block's store read
+  named_sync(barrier);
+  int const lane = t128 % 32;
+  int const r = 16 * (t128 / 32) + lane / 4;  // row within the block (and r + 8)
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    uint32_t const chunk = out_base + (j / 8) * kOutChunk;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      int const rr = r + 8 * h;
+      __nv_bfloat162 const v = __floats2bfloat162_rn(out[4 * j + 2 * h], out[4 * j + 2 * h + 1]);
+      uint32_t const addr = chunk + rr * 128 + (((j % 8) ^ (rr % 8)) << 4) + 4 * (lane % 4);
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(*reinterpret_cast<uint32_t const *>(&v)));
+    }
+  }
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // make the writes visible to TMA
+  named_sync(barrier);
+  if (t128 == 0 && row < M) {
+#pragma unroll
+    for (int c = 0; c < BN / 64; ++c) {
+      if (col + 64 * c < N) tma_store(map_d, out_base + c * kOutChunk, col + 64 * c, row);
+    }
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+  }
+}
 #endif  // GEMM_WGMMA_DEVICE
 
 // The persistent schedule. Work units u = blockIdx.x, + gridDim.x, ...: the first dp_tiles units are
@@ -145,6 +180,7 @@ struct Schedule {
   int kblocks;
   int dp_tiles;  // == count() when no tile is split
   int pieces;    // K ranges per split tile
+  bool overlap_store;  // GemmArgs::overlap_store
   __host__ __device__ int count() const { return tiles_m * tiles_n; }
   __host__ __device__ int split_tiles() const { return count() - dp_tiles; }
   __host__ __device__ int units() const { return dp_tiles + split_tiles() * pieces; }
@@ -241,7 +277,7 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   int const cw = wg - 1;  // consumer warpgroup: rows 64 cw .. 64 cw + 63 of the tile
   int const t128 = threadIdx.x % 128;
   int const warp = t128 / 32, lane = t128 % 32;
-  uint32_t const out_base = base + L::kOffOut + cw * (BN / 64) * L::kChunk;
+  uint32_t const out_base = base + L::kOffOut + cw * (BN / 64) * kOutChunk;
   float out[BN / 2];
   float acc[BN / 2];
   // Stage s's descriptors are these plus s stages (addresses in 16-byte units, all below 2^14).
@@ -251,20 +287,24 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   uint32_t const scale_x0 = base + L::kOffScale + 4 * (64 * cw + 16 * warp + lane / 4);
   uint32_t const scale_w0 = base + L::kOffScale + 4 * kBlockM;
   uint32_t it = 0;
+  // A finished tile whose block is still in `out`, to be stored at (store_row, store_col) while the next
+  // unit's first wgmma batch runs, so that the tensor cores do not wait for the epilogue.
+  bool pending = false;
+  int store_row = 0, store_col = 0;
   for (int u = blockIdx.x; u < units; u += gridDim.x) {
     int t, kb0, kb1, piece, tm, tn;
     sched.unit(u, t, kb0, kb1, piece);
     sched.tile(t, tm, tn);
     int const m0 = tm * kBlockM, n0 = tn * BN;
     bool const split_at_64 = (n0 % 128) != 0;  // BN = 192 only: columns 0..63 in the first block
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) out[i] = 0.f;
 
-    // Between one batch's promotion and the next batch's issue there is only the stage check: the stage's
-    // scales are read and the next stage probed while the batch runs.
+    // One K block of the unit; the first (kFirst) starts `out` (promoted onto zeros) and has the previous
+    // tile's store (GemmArgs::overlap_store) run beside its batch. Between one batch's promotion and the
+    // next batch's issue there is only the stage check: the stage's scales are read and the next stage
+    // probed while the batch runs (unconditionally: ptxas kept a probe behind a branch after the promotion).
     int s = ring_stage<L::kStages>(it);
     bar_wait(full_bar + 8 * s, ring_parity<L::kStages>(it));
-    for (int kb = kb0; kb < kb1; ++kb) {
+    auto k_block = [&](int kb, auto first) {
       issue_batch<BN>(acc, desc_a0 + static_cast<uint64_t>(s * (L::kBytesA >> 4)),
                       desc_b0 + static_cast<uint64_t>(s * (L::kBytesB >> 4)));
       uint32_t const stage_scales = s * L::kBytesScale;
@@ -273,15 +313,21 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
       ++it;
       int const ns = ring_stage<L::kStages>(it);
       uint32_t const nparity = ring_parity<L::kStages>(it);
+      if (first && pending) {
+        store_block<BN>(out, out_base, &map_d, store_row, store_col, M, N, 1 + cw, t128);
+        pending = false;
+      }
       cute::warpgroup_wait<0>();
       fence_all<BN>(acc);
       bar_arrive(empty_bar + 8 * s);  // this thread is done with the stage's operands and scales
+      bool const probed = bar_test(full_bar + 8 * ns, nparity);
+      promote_cols<BN / 8, decltype(first)::value>(split_at_64, out, acc, a0, a1, b.x, b.y);
       // The next tile's first stage is waited for at that tile's start.
-      bool const next_ready = kb + 1 == kb1 || bar_test(full_bar + 8 * ns, nparity);
-      promote_cols<BN / 8>(split_at_64, out, acc, a0, a1, b.x, b.y);
-      if (!next_ready) bar_wait(full_bar + 8 * ns, nparity);
+      if (kb + 1 != kb1 && !probed) bar_wait(full_bar + 8 * ns, nparity);
       s = ns;
-    }
+    };
+    k_block(kb0, std::true_type{});
+    for (int kb = kb0 + 1; kb < kb1; ++kb) k_block(kb, std::false_type{});
 
     if (piece >= 0) {  // slots: (split tile, piece, consumer warpgroup) blocks of 64 x BN floats
       int const split = t - sched.dp_tiles;  // which split tile
@@ -293,31 +339,14 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
       }
     }
 
-    // Epilogue: this warpgroup's 64 x BN bf16 block, 64 columns per 128-byte-swizzled box.
-    if (t128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // last tile's store read
-    named_sync(1 + cw);
-    int const r = 16 * warp + lane / 4;  // row within the warpgroup's block (and r + 8)
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      uint32_t const chunk = out_base + (j / 8) * L::kChunk;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        int const rr = r + 8 * h;
-        __nv_bfloat162 const v = __floats2bfloat162_rn(out[4 * j + 2 * h], out[4 * j + 2 * h + 1]);
-        uint32_t const addr = chunk + rr * 128 + (((j % 8) ^ (rr % 8)) << 4) + 4 * (lane % 4);
-        asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(*reinterpret_cast<uint32_t const *>(&v)));
-      }
-    }
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // make the writes visible to TMA
-    named_sync(1 + cw);
-    if (t128 == 0 && m0 + 64 * cw < M) {
-#pragma unroll
-      for (int c = 0; c < BN / 64; ++c) {
-        if (n0 + 64 * c < N) tma_store(&map_d, out_base + c * L::kChunk, n0 + 64 * c, m0 + 64 * cw);
-      }
-      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    if (sched.overlap_store) {  // the store waits for the next unit's first batch to be in flight
+      pending = true;
+      store_row = m0 + 64 * cw, store_col = n0;
+    } else {
+      store_block<BN>(out, out_base, &map_d, m0 + 64 * cw, n0, M, N, 1 + cw, t128);
     }
   }
+  if (pending) store_block<BN>(out, out_base, &map_d, store_row, store_col, M, N, 1 + cw, t128);
   if (t128 == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 #endif  // GEMM_WGMMA_DEVICE
 }
@@ -332,7 +361,7 @@ template <int BN, int kConsumers>
 Schedule make_schedule(GemmArgs const &g) {
   constexpr int kBlockM = Layout<BN, kConsumers>::kBlockM;
   Schedule sched{(g.M + kBlockM - 1) / kBlockM, (g.N + BN - 1) / BN, g.swizzle > 1 ? g.swizzle : 8,
-                 g.raster == 2 ? 1 : 0, g.K / kBlockK};
+                 g.raster == 2 ? 1 : 0, g.K / kBlockK, 0, 1, g.overlap_store};
   int const tiles = sched.count(), rest = tiles % g.sm_count;
   sched.pieces = rest == 0 ? 1 : std::min({g.splits, g.sm_count / rest, sched.kblocks});
   sched.dp_tiles = sched.pieces > 1 ? tiles - rest : tiles;
