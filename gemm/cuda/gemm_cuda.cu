@@ -185,9 +185,9 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   // The hand-written kernels' store beside the next tile's first batch, from K = 2048 (16 K blocks per
   // tile). Measured in one build each (tests/cuda/config_sweep.py, us, overlapped vs stored first; runs 71
   // and 72): 6144x7168x2048 162.0 / 175.7 vs 175.8 / 178.6, 6144x7168x2304 191.9 / 191.9 vs 195.5 / 196.5,
-  // 6144x1536x7168 115.2 / 124.7 vs 130.1 / 127.2, 8192^3 964.5 vs 977.4; even at 6144x4608x7168. It lost
-  // at K <= 1536 (run 71: 6144x7168x256 33.2 vs 31.8, 6144x4096x512 31.2 vs 29.5, 6144x3072x1536 56.5 vs
-  // 54.6), where a tile's few K blocks do not hide the epilogue's shared-memory traffic.
+  // 6144x1536x7168 115.2 / 124.7 vs 130.1 / 127.2, 8192^3 964.5 vs 977.4, 6144x4608x7168 360.9 / 361.6 vs
+  // 368.3 / 360.6. It lost at K <= 1536 (run 71: 6144x7168x256 33.2 vs 31.8, 6144x4096x512 31.2 vs 29.5,
+  // 6144x3072x1536 56.5 vs 54.6), where a tile's few K blocks do not hide the epilogue's shared-memory traffic.
   t.overlap_store = K >= 2048;
   // Decode-like (M <= 64): the decode kernel (w's rows on wgmma's M, gemm_cuda_decode.cu); at K >= 4096 with
   // K cut into the most slices that keep one CTA per SM and >= 4 K blocks per slice. Measured (run 43,
