@@ -38,9 +38,6 @@ struct GemmArgs {
   // unit's first wgmma batch runs, instead of before that batch, so that the tensor cores do not wait for
   // the epilogue; pick_tuning turns it on where that measured faster (deep K).
   bool overlap_store = false;
-  // The hand-written wgmma configurations (6-8): the scales of each stage are copied by the producer
-  // warpgroup's second warp, not by the TMA-issuing warp, as CUTLASS's blockwise kernel does.
-  bool scale_warp = false;
   // Launch as a programmatic dependent of the stream's previous kernel (the seed preparation): the GEMM is
   // launched as that kernel's blocks exit, without waiting for the whole grid's completion and memory
   // flush first, and waits for them itself (griddepcontrol.wait) before it reads any input. Only where

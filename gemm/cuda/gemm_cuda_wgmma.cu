@@ -181,7 +181,6 @@ struct Schedule {
   int dp_tiles;  // == count() when no tile is split
   int pieces;    // K ranges per split tile
   bool overlap_store;  // GemmArgs::overlap_store
-  bool scale_warp;     // GemmArgs::scale_warp
   __host__ __device__ int count() const { return tiles_m * tiles_n; }
   __host__ __device__ int split_tiles() const { return count() - dp_tiles; }
   __host__ __device__ int units() const { return dp_tiles + split_tiles() * pieces; }
@@ -237,15 +236,9 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   int const wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
   if (wg == 0) {  // producer
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(L::kProducerRegs));
-    // Warp 0's lane 0 issues the TMA loads. The scale copies come from warp 0's lanes too or, with
-    // sched.scale_warp, from warp 1's (as CUTLASS's blockwise kernel does), so that issuing them never
-    // holds up the next stage's TMA loads. Either way the stage's full barrier counts 1 + 32 arrivals.
-    int const pwarp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 32), 0);
-    bool const copies_scales = pwarp == (sched.scale_warp ? 1 : 0);
-    if (pwarp == 0 || copies_scales) {
-      int const lane = threadIdx.x % 32;
-      bool const issues_tma = pwarp == 0 && lane == 0;
-      if (issues_tma) {
+    if (threadIdx.x < 32) {  // the producer warp; lane 0 issues the TMA loads
+      int const lane = threadIdx.x;
+      if (lane == 0) {
         cute::prefetch_tma_descriptor(&map_x);
         cute::prefetch_tma_descriptor(&map_w);
       }
@@ -258,26 +251,24 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
         int const m0 = tm * kBlockM;
         int const wblock = min(tn * BN / 128 + lane, nblocks - 1);  // lanes 0 and 1
         for (int kb = kb0; kb < kb1; ++kb, ++it) {
-          int const s = acquire_stage<L::kStages>(full_bar, empty_bar, it, L::kBytesA + L::kBytesB, issues_tma);
-          if (issues_tma) {
+          int const s = acquire_stage<L::kStages>(full_bar, empty_bar, it, L::kBytesA + L::kBytesB, lane == 0);
+          if (lane == 0) {
             tma_load(&map_x, full_bar + 8 * s, base + s * L::kBytesA, kb * kBlockK, m0);
             tma_load(&map_w, full_bar + 8 * s, base + L::kOffB + s * L::kBytesB, kb * kBlockK, tn * BN);
           }
-          if (copies_scales) {
-            uint32_t const scales = base + L::kOffScale + s * L::kBytesScale;
+          uint32_t const scales = base + L::kOffScale + s * L::kBytesScale;
 #pragma unroll
-            for (int i = 0; i < kBlockM / 32; ++i) {
-              int const r = 32 * i + lane;
-              cp_async_4(scales + 4 * r, sx + static_cast<int64_t>(min(m0 + r, M - 1)) * kblocks + kb);
-            }
-            if (lane < 2) {
-              cp_async_4(scales + 4 * (kBlockM + lane), sw + static_cast<int64_t>(wblock) * kblocks + kb);
-            }
-            cp_async_arrive_noinc(full_bar + 8 * s);
+          for (int i = 0; i < kBlockM / 32; ++i) {
+            int const r = 32 * i + lane;
+            cp_async_4(scales + 4 * r, sx + static_cast<int64_t>(min(m0 + r, M - 1)) * kblocks + kb);
           }
+          if (lane < 2) {
+            cp_async_4(scales + 4 * (kBlockM + lane), sw + static_cast<int64_t>(wblock) * kblocks + kb);
+          }
+          cp_async_arrive_noinc(full_bar + 8 * s);
         }
       }
-      if (copies_scales) asm volatile("cp.async.wait_all;" ::: "memory");  // no thread exits with copies in flight
+      asm volatile("cp.async.wait_all;" ::: "memory");  // no thread exits with copies in flight
     }
     return;
   }
@@ -370,7 +361,7 @@ template <int BN, int kConsumers>
 Schedule make_schedule(GemmArgs const &g) {
   constexpr int kBlockM = Layout<BN, kConsumers>::kBlockM;
   Schedule sched{(g.M + kBlockM - 1) / kBlockM, (g.N + BN - 1) / BN, g.swizzle > 1 ? g.swizzle : 8,
-                 g.raster == 2 ? 1 : 0, g.K / kBlockK, 0, 1, g.overlap_store, g.scale_warp};
+                 g.raster == 2 ? 1 : 0, g.K / kBlockK, 0, 1, g.overlap_store};
   int const tiles = sched.count(), rest = tiles % g.sm_count;
   sched.pieces = rest == 0 ? 1 : std::min({g.splits, g.sm_count / rest, sched.kblocks});
   sched.dp_tiles = sched.pieces > 1 ? tiles - rest : tiles;
