@@ -293,7 +293,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--rounds",
         type=int,
         default=None,
-        help="interleaved timing rounds per shape, implementations rotated each round (default 3 GPU, 1 CPU)",
+        help="interleaved timing rounds per shape, implementations reordered each round (default 3 GPU, 1 CPU)",
     )
     p.add_argument(
         "--peak",
@@ -339,7 +339,7 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
         parse_shapes,
         reference,
     )
-    from .timing import Budget, Flusher, summarize, time_samples
+    from .timing import Budget, Flusher, round_order, summarize, time_samples
 
     backend, platform_name, gpu = detect(torch)
     try:
@@ -468,10 +468,7 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
             round_medians: dict[str, list[float]] = {impl.name: [] for impl, *_ in ready}
             failed: set[str] = set()
             for r in range(rounds if ready else 0):
-                # Rotate the order so no implementation always runs first (spread over the rounds when
-                # there are more implementations than rounds).
-                shift = r % len(ready) if rounds >= len(ready) else (r * len(ready)) // rounds
-                for impl, where, fns, _ in ready[shift:] + ready[:shift]:
+                for impl, where, fns, _ in round_order(ready, r, rounds):
                     if impl.name in failed:
                         continue
                     try:

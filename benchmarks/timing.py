@@ -7,8 +7,8 @@ each call (the op is synchronous on CPU).
 
 Interleaving: a GPU that caps its power (the H200 here) runs slower the longer it is loaded, so timing
 each implementation in one block favours whichever runs first. `benchmarks.run` therefore times all of a
-shape's implementations in several rounds, rotating their order each round, and takes each one's median
-over all its samples.
+shape's implementations in several rounds, in a different order each round (round_order), and takes each
+one's median over all its samples.
 """
 
 from __future__ import annotations
@@ -49,6 +49,21 @@ class Budget:
             max(1, -(-self.reps_max // rounds)),
             self.target_s / rounds,
         )
+
+
+def round_order(items: Sequence, r: int, rounds: int) -> list:
+    """The order of `items` in round r of `rounds` interleaved rounds. Rotated, so that each item runs first
+    in its turn (spread over the rounds when there are more items than rounds); on odd rounds the items
+    after the first also run in reverse, so that no item always runs right after the same neighbour: with
+    a rotation alone, one kernel timed in two slots of a round differed by 1.3-2.0 % (gemm/cuda/NOTES.md,
+    runs 74-75)."""
+    items = list(items)
+    n = len(items)
+    if n == 0:
+        return []
+    shift = r % n if rounds >= n else (r * n) // rounds
+    order = items[shift:] + items[:shift]
+    return order[:1] + order[:0:-1] if r % 2 else order
 
 
 @dataclass(frozen=True)

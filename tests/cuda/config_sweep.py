@@ -38,7 +38,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.impls import _blockwise, blockwise_scale_a, blockwise_scale_b, pertensor_fp8  # noqa: E402
 from benchmarks.problem import check, magnitude, make_inputs, parse_shapes, reference  # noqa: E402
-from benchmarks.timing import Budget, Flusher, time_samples  # noqa: E402
+from benchmarks.timing import Budget, Flusher, round_order, time_samples  # noqa: E402
 from tests.cuda.device_check import load_jit  # noqa: E402
 
 _KNOB = re.compile(r"([rspko])(\d+)")
@@ -126,8 +126,7 @@ def main() -> int:
         samples: dict[str, list[float]] = {spec: [] for spec in variants}
         names = list(variants)
         for r in range(args.rounds):
-            shift = r % len(names)
-            for spec in names[shift:] + names[:shift]:
+            for spec in round_order(names, r, args.rounds):
                 samples[spec] += time_samples(variants[spec], dev, budget, flush)
         for spec in names:
             row[spec] = round(statistics.median(samples[spec]), 2)
