@@ -129,7 +129,6 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
   g.swizzle = tuning.swizzle;
   g.splits = tuning.splits;
   g.overlap_store = tuning.overlap_store;
-  g.extra_stage = tuning.extra_stage;
 
   size_t const ws_bytes = kConfigs[cfg].workspace(g);
   at::Tensor workspace;

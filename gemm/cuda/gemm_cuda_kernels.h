@@ -38,9 +38,6 @@ struct GemmArgs {
   // unit's first wgmma batch runs, instead of before that batch, so that the tensor cores do not wait for
   // the epilogue; pick_tuning turns it on where that measured faster (deep K).
   bool overlap_store = false;
-  // The hand-written 128 x 128 and 128 x 192 configurations (6, 7): the epilogue stages one 64-column box per
-  // consumer warpgroup at a time, which leaves the shared memory for one more pipeline stage.
-  bool extra_stage = false;
   // Launch as a programmatic dependent of the stream's previous kernel (the seed preparation): the GEMM is
   // launched as that kernel's blocks exit, without waiting for the whole grid's completion and memory
   // flush first, and waits for them itself (griddepcontrol.wait) before it reads any input. Only where

@@ -41,10 +41,7 @@ using namespace sm90;
 constexpr int kOutChunk = 64 * 128;
 
 // An M tile of 64 rows per consumer warpgroup (each issues m64 wgmma), BN columns.
-// kOneBox: the epilogue stages one 64-column box per consumer warpgroup at a time (GemmArgs::extra_stage),
-// so that the ring gets the shared memory of the others: 6 stages instead of 5 at 128 x 128, 5 instead of 4
-// at 128 x 192.
-template <int BN, int kConsumers, bool kOneBox = false>
+template <int BN, int kConsumers>
 struct Layout {
   static_assert(BN == 128 || BN == 192, "N tile: 128 or 192 (the promotion handles at most two w_scale blocks)");
   static_assert(kConsumers == 2 || (kConsumers == 3 && BN == 128),
@@ -61,8 +58,7 @@ struct Layout {
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= kLaunchRegs * kThreads, "register file");
   static constexpr int kBytesA = kBlockM * kBlockK;  // per stage
   static constexpr int kBytesB = BN * kBlockK;
-  static constexpr int kOutBoxes = kOneBox ? 1 : BN / 64;  // per consumer warpgroup
-  static constexpr int kBytesOut = kConsumers * kOutBoxes * kOutChunk;
+  static constexpr int kBytesOut = kConsumers * (BN / 64) * kOutChunk;  // every consumer warpgroup's block
   // A stage's scales: the K block's x_scale of the tile's kBlockM rows, then (from float kBlockM on) its two
   // w_scale blocks (the second unused when BN = 128), padded to 16 bytes.
   static constexpr int kBytesScale = (kBlockM + 4) * 4;
@@ -144,38 +140,32 @@ __device__ __forceinline__ bool split_fixup(float *out, float *partials, unsigne
 
 // Epilogue: a consumer warpgroup's 64 x BN bf16 block `out` at (row, col) of the output, through its
 // 128-byte-swizzled shared-memory boxes of 64 columns at out_base, then TMA stores (clipped at M, N).
-// kBoxes < BN / 64: the boxes go through those kBoxes buffers in turn, each reused once the TMA has read it.
-template <int BN, int kBoxes>
+template <int BN>
 __device__ __forceinline__ void store_block(float const *out, uint32_t out_base, CUtensorMap const *map_d, int row,
                                             int col, int M, int N, int barrier, int t128) {
+  if (t128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // last block's store read
+  named_sync(barrier);
   int const lane = t128 % 32;
   int const r = 16 * (t128 / 32) + lane / 4;  // row within the block (and r + 8)
-  constexpr int kPasses = BN / 64 / kBoxes;
 #pragma unroll
-  for (int pass = 0; pass < kPasses; ++pass) {
-    if (t128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // the buffers' last store read
-    named_sync(barrier);
+  for (int j = 0; j < BN / 8; ++j) {
+    uint32_t const chunk = out_base + (j / 8) * kOutChunk;
 #pragma unroll
-    for (int j = 8 * kBoxes * pass; j < 8 * kBoxes * (pass + 1); ++j) {
-      uint32_t const chunk = out_base + (j / 8 % kBoxes) * kOutChunk;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        int const rr = r + 8 * h;
-        __nv_bfloat162 const v = __floats2bfloat162_rn(out[4 * j + 2 * h], out[4 * j + 2 * h + 1]);
-        uint32_t const addr = chunk + rr * 128 + (((j % 8) ^ (rr % 8)) << 4) + 4 * (lane % 4);
-        asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(*reinterpret_cast<uint32_t const *>(&v)));
-      }
+    for (int h = 0; h < 2; ++h) {
+      int const rr = r + 8 * h;
+      __nv_bfloat162 const v = __floats2bfloat162_rn(out[4 * j + 2 * h], out[4 * j + 2 * h + 1]);
+      uint32_t const addr = chunk + rr * 128 + (((j % 8) ^ (rr % 8)) << 4) + 4 * (lane % 4);
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(*reinterpret_cast<uint32_t const *>(&v)));
     }
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // make the writes visible to TMA
-    named_sync(barrier);
-    if (t128 == 0 && row < M) {
+  }
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // make the writes visible to TMA
+  named_sync(barrier);
+  if (t128 == 0 && row < M) {
 #pragma unroll
-      for (int c = 0; c < kBoxes; ++c) {
-        int const box_col = col + 64 * (kBoxes * pass + c);
-        if (box_col < N) tma_store(map_d, out_base + c * kOutChunk, box_col, row);
-      }
-      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    for (int c = 0; c < BN / 64; ++c) {
+      if (col + 64 * c < N) tma_store(map_d, out_base + c * kOutChunk, col + 64 * c, row);
     }
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
   }
 }
 #endif  // GEMM_WGMMA_DEVICE
@@ -216,14 +206,14 @@ struct Schedule {
   }
 };
 
-template <int BN, int kConsumers, bool kOneBox>
-__global__ void __launch_bounds__(Layout<BN, kConsumers, kOneBox>::kThreads, 1)
+template <int BN, int kConsumers>
+__global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
     wgmma_gemm_kernel(__grid_constant__ CUtensorMap const map_x, __grid_constant__ CUtensorMap const map_w,
                       __grid_constant__ CUtensorMap const map_d, float const *__restrict__ sx,
                       float const *__restrict__ sw, int M, int N, Schedule sched, float *partials,
                       unsigned *counters) {
 #ifdef GEMM_WGMMA_DEVICE
-  using L = Layout<BN, kConsumers, kOneBox>;
+  using L = Layout<BN, kConsumers>;
   constexpr int kBlockM = L::kBlockM;
   extern __shared__ uint8_t smem_raw[];
   // Aligned in the shared address space itself (32-bit arithmetic): aligning the generic pointer made
@@ -287,7 +277,7 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers, kOneBox>::kThreads, 1)
   int const cw = wg - 1;  // consumer warpgroup: rows 64 cw .. 64 cw + 63 of the tile
   int const t128 = threadIdx.x % 128;
   int const warp = t128 / 32, lane = t128 % 32;
-  uint32_t const out_base = base + L::kOffOut + cw * L::kOutBoxes * kOutChunk;
+  uint32_t const out_base = base + L::kOffOut + cw * (BN / 64) * kOutChunk;
   float out[BN / 2];
   float acc[BN / 2];
   // Stage s's descriptors are these plus s stages (addresses in 16-byte units, all below 2^14).
@@ -324,7 +314,7 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers, kOneBox>::kThreads, 1)
       int const ns = ring_stage<L::kStages>(it);
       uint32_t const nparity = ring_parity<L::kStages>(it);
       if (first && pending) {
-        store_block<BN, L::kOutBoxes>(out, out_base, &map_d, store_row, store_col, M, N, 1 + cw, t128);
+        store_block<BN>(out, out_base, &map_d, store_row, store_col, M, N, 1 + cw, t128);
         pending = false;
       }
       cute::warpgroup_wait<0>();
@@ -353,10 +343,10 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers, kOneBox>::kThreads, 1)
       pending = true;
       store_row = m0 + 64 * cw, store_col = n0;
     } else {
-      store_block<BN, L::kOutBoxes>(out, out_base, &map_d, m0 + 64 * cw, n0, M, N, 1 + cw, t128);
+      store_block<BN>(out, out_base, &map_d, m0 + 64 * cw, n0, M, N, 1 + cw, t128);
     }
   }
-  if (pending) store_block<BN, L::kOutBoxes>(out, out_base, &map_d, store_row, store_col, M, N, 1 + cw, t128);
+  if (pending) store_block<BN>(out, out_base, &map_d, store_row, store_col, M, N, 1 + cw, t128);
   if (t128 == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 #endif  // GEMM_WGMMA_DEVICE
 }
@@ -396,9 +386,9 @@ size_t workspace_wgmma(GemmArgs const &g) {
   return partials_bytes<BN, kConsumers>(sched) + counter_bytes<kConsumers>(sched);
 }
 
-template <int BN, int kConsumers, bool kOneBox>
-int run_wgmma_kernel(GemmArgs const &g, void *workspace, cudaStream_t stream) {
-  using L = Layout<BN, kConsumers, kOneBox>;
+template <int BN, int kConsumers>
+int run_wgmma(GemmArgs const &g, void *workspace, cudaStream_t stream) {
+  using L = Layout<BN, kConsumers>;
   constexpr int kBlockM = L::kBlockM;
   // bf16 output only, K a whole number of blocks, TMA's 16-byte row strides and base addresses.
   if (g.kslices != 1 || g.K % kBlockK != 0 || g.N % 8 != 0 || g.ldd % 8 != 0 || g.splits < 1 ||
@@ -422,22 +412,10 @@ int run_wgmma_kernel(GemmArgs const &g, void *workspace, cudaStream_t stream) {
     if (err != cudaSuccess) return -static_cast<int>(err);
   }
   int const grid = std::min(sched.units(), g.sm_count);
-  cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN, kConsumers, kOneBox>>(
+  cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN, kConsumers>>(
       grid, L::kThreads, L::kSmem, g.device, stream, g.pdl, map_x, map_w, map_d, g.sx, g.sw, g.M, g.N, sched,
       partials, counters);
   return -static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
-}
-
-// GemmArgs::extra_stage: the one-box epilogue where it buys a stage (two consumer warpgroups; at 192 x 128
-// the three boxes' space does not make a 5th stage).
-template <int BN, int kConsumers>
-int run_wgmma(GemmArgs const &g, void *workspace, cudaStream_t stream) {
-  if constexpr (kConsumers == 2) {
-    if (g.extra_stage) return run_wgmma_kernel<BN, kConsumers, true>(g, workspace, stream);
-  } else {
-    if (g.extra_stage) return -static_cast<int>(cudaErrorInvalidValue);
-  }
-  return run_wgmma_kernel<BN, kConsumers, false>(g, workspace, stream);
 }
 
 }  // namespace
