@@ -41,7 +41,7 @@ run_sanitizer() {
 }
 sanitize() {
   for tool in memcheck racecheck; do
-    run_sanitizer 150 $tool "$OUT/sanitizer_$tool.log" --kernel-dir build --shapes 8
+    run_sanitizer 200 $tool "$OUT/sanitizer_$tool.log" --kernel-dir build --shapes 9
   done
 }
 # Every JIT load (tests/cuda/device_check.load_jit) links .cache/cuda_prebuilt/*.o when carried, so all

@@ -294,6 +294,15 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   double const waves = static_cast<double>(tiles) / kSms;
   double const tail = waves - static_cast<double>(static_cast<int64_t>(waves));
   if (K >= 4096 && tiles > kSms && waves < 3.0 && tail <= 0.5) {  // a poor last wave of deep tiles
+    // More than a wave of 128x192 tiles: the hand-written kernel, its last wave's tiles cut into K pieces
+    // (a split tail; make_schedule caps the pieces at one per CTA). Measured against stream-K
+    // (tests/cuda/config_sweep.py, runs 76-77, us): 1024x4608x7168 63.7 / 63.5 vs 66.5 / 65.5,
+    // 1536x3072x4096 42.0 vs 44.4, 3072x1536x4096 42.2 vs 44.4.
+    if (tiles192 > kSms) {
+      t.cfg = kWide192Config;
+      t.splits = 8;
+      return t;
+    }
     t.cfg = 1;  // stream-K
     return t;
   }

@@ -26,7 +26,8 @@ import device_check as dc  # noqa: E402
 # consumer warpgroups), whose last M tile leaves two of them without rows; (1000, 2056, 384): its 128x128
 # form with partial M and N tiles; (64, 576, 256), (3, 520, 7168) and (1, 4096, 4096): the decode kernel
 # (M <= 64), in one K slice, in 14, and in 2 slices of 16 K blocks (past its 8-stage ring); (256, 2304,
-# 4096): the 128x128 form with each tile cut into 3 K pieces summed in the kernel (a split tail).
+# 4096): the 128x128 form with each tile cut into 3 K pieces summed in the kernel (a split tail); (1000,
+# 4200, 4096): the 128x192 form past a wave, its last 44 tiles in 3 K pieces, the store overlapped.
 SHAPES = [
     (64, 576, 256),
     (512, 1024, 4096),
@@ -36,6 +37,7 @@ SHAPES = [
     (3, 520, 7168),
     (1, 4096, 4096),
     (256, 2304, 4096),
+    (1000, 4200, 4096),
     (200, 300, 640),
     (96, 1024, 256),
     (256, 512, 384),
