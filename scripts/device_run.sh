@@ -10,7 +10,8 @@
 #   bash scripts/device_run.sh verify  # test + sanitizers
 #   bash scripts/device_run.sh sanitize  # build stage + compute-sanitizer (memcheck, racecheck) only
 #   bash scripts/device_run.sh split   # JIT build + compute-sanitizer on split tails forced where
-#                                      # pick_tuning never puts them (run 45's calls)
+#                                      # pick_tuning never puts them (run 45's calls, SPLIT_SPECS), and
+#                                      # racecheck on the 128x192 split tail with the overlapped store
 #   bash scripts/device_run.sh sweep   # JIT build once, then tests/cuda/config_sweep.py (SWEEP_VARIANTS,
 #                                      # SWEEP_SHAPES, SWEEP_ROUNDS); .cache/cuda_prebuilt/*.o if carried
 #                                      # (linked as they are: carry them only if built from these sources)
@@ -30,7 +31,8 @@ nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv > 
 rc=0
 # compute-sanitizer on the built variant: shapes 1, 6 and 7 take the decode kernel (one K slice, 14, and
 # 2 slices of 16 K blocks, round its stage ring twice), shape 2 the K-sliced path, shapes 3-5 the
-# hand-written kernel (128x192, 192x128 and 128x128 tiles), shape 8 its 128x128 form with a split tail.
+# hand-written kernel (128x192, 192x128 and 128x128 tiles), shape 8 its 128x128 form with a split tail,
+# shape 9 (memcheck only) its 128x192 form with a split tail and the overlapped store.
 # run_sanitizer TIMEOUT TOOL LOG ARGS...: tests/cuda/sanitize_calls.py ARGS under compute-sanitizer; an
 # error or a wrong result fails the call (rc=1).
 run_sanitizer() {
@@ -41,7 +43,8 @@ run_sanitizer() {
 }
 sanitize() {
   for tool in memcheck racecheck; do
-    run_sanitizer 200 $tool "$OUT/sanitizer_$tool.log" --kernel-dir build --shapes 9
+    n=9; [ $tool = racecheck ] && n=8  # racecheck takes the 9th's split tail in split mode (within its own timeout)
+    run_sanitizer 200 $tool "$OUT/sanitizer_$tool.log" --kernel-dir build --shapes $n
   done
 }
 # Every JIT load (tests/cuda/device_check.load_jit) links .cache/cuda_prebuilt/*.o when carried, so all
@@ -65,10 +68,16 @@ elif [ "$mode" = split ]; then
   # 128x192 in up to 4 pieces (a wave of whole tiles before the split one, tiles straddling two w_scale
   # blocks, rows past M) and 192x128 in 3 (a warpgroup without rows): tests/cuda/sanitize_calls.py shapes.
   python3 -c "from tests.cuda.device_check import load_jit; load_jit()" 2>&1 | tail -n 5 || exit 1
-  for spec in "memcheck 7 4 7" "racecheck 7 4 5" "memcheck 8 3 4"; do
+  # SPLIT_SPECS ("tool cfg splits shapes;...", default: run 45's three) may be set empty to skip them.
+  IFS=';' read -r -a specs <<< "${SPLIT_SPECS-memcheck 7 4 7;racecheck 7 4 5;memcheck 8 3 4}"
+  for spec in "${specs[@]}"; do
     read -r tool cfg splits n <<< "$spec"
     run_sanitizer 200 "$tool" "$OUT/sanitizer_${tool}_c${cfg}p${splits}.log" --cfg "$cfg" --splits "$splits" --shapes "$n"
   done
+  # 128x192 past a wave with its last 44 tiles in 3 K pieces and the store overlapped (what pick_tuning
+  # gives 1000x4200x4096), also at K = 1024 (2-3 K blocks a piece).
+  run_sanitizer 300 racecheck "$OUT/sanitizer_racecheck_c7p8o1.log" --cfg 7 --splits 8 --overlap \
+    --shape 1000x4200x1024 --shape 1000x4200x4096
 elif [ "$mode" = sweep ]; then
   # Build first, with no timeout (see GEMM_CUDA_PREBUILT above).
   python3 -c "from tests.cuda.device_check import load_jit; load_jit()" 2>&1 | tail -n 5 || exit 1

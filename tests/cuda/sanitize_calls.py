@@ -63,7 +63,10 @@ def main() -> int:
     ap.add_argument("--shapes", type=int, default=len(SHAPES), help="use only the first N shapes")
     ap.add_argument("--cfg", type=int, default=-1, help="JIT build only: force this configuration on every call")
     ap.add_argument("--splits", type=int, default=1, help="with --cfg: Tuning.splits of the calls")
+    ap.add_argument("--overlap", action="store_true", help="with --cfg: the natural calls' Tuning.overlap_store")
+    ap.add_argument("--shape", action="append", default=[], metavar="MxNxK", help="these shapes instead (repeatable)")
     args = ap.parse_args()
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shape] or SHAPES[: args.shapes]
     torch.backends.cuda.matmul.allow_tf32 = False
     if args.kernel_dir:
         from kernels import get_local_kernel
@@ -79,12 +82,12 @@ def main() -> int:
         mod = dc.load_jit(args.prebuilt)
         natural, seed = mod.gemm_natural, mod.gemm_seed
         if args.cfg >= 0:
-            natural = functools.partial(mod.natural_cfg, cfg=args.cfg, splits=args.splits)
+            natural = functools.partial(mod.natural_cfg, cfg=args.cfg, splits=args.splits, overlap_store=args.overlap)
             seed = functools.partial(mod.seed_cfg, cfg=args.cfg, splits=args.splits)
     gen = torch.Generator(device="cuda")
     gen.manual_seed(7)
     failures = 0
-    for m, n, k_ in SHAPES[: args.shapes]:
+    for m, n, k_ in shapes:
         x, w, xs, ws = dc.make_inputs(m, n, k_, gen)
         a, b, sa, sb = dc.to_seed(x, w, xs, ws)
         ref, terms = dc.reference(x, w, xs, ws), dc.magnitude(x, w, xs, ws)
