@@ -215,9 +215,12 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   // waves are fuller than 128x128's: measured (run 13, tests/cuda/config_sweep.py) 8192^3 1031 us vs
   // 1158, 6144x7168x256 36.6 vs 42.8, 6144x4096x512 34.1 vs 37.4, 1024x3072x1536 15.3 vs 17.6; within
   // ~3% of the CUTLASS pick on the other large shapes it takes; slower where its waves are emptier. (The
-  // short-K shapes of that list now take the 192x128 rule above.)
+  // short-K shapes of that list now take the 192x128 rule above.) At K >= 4096 from three quarters of a
+  // wave on (run 79, us, against stream-K or the 192x128 kernel, which took them before): 1024x2432x7168
+  // (104 tiles) 36.5 vs 39.4, 1024x2560x7168 (112) 37.0 vs 39.5, 768x3584x7168 (114) 38.2 vs 42.6.
   int64_t const tiles192 = tile_count(128, 192);
-  if (wave_fill(tiles192, kSms) > wave_fill(tiles, kSms) + 0.01 && 10 * tiles192 >= 9 * kSms) {
+  bool const fills_wave = K >= 4096 ? 4 * tiles192 >= 3 * kSms : 10 * tiles192 >= 9 * kSms;
+  if (wave_fill(tiles192, kSms) > wave_fill(tiles, kSms) + 0.01 && fills_wave) {
     t.cfg = kWide192Config;
     return t;
   }

@@ -44,6 +44,7 @@ SHAPES = [
     (1000, 2056, 384),  # 128x128, M and N partial tiles
     (1024, 3072, 1536),  # 128x192, N tiles straddling two w_scale blocks (n0 % 128 == 64)
     (1000, 2999, 512),  # 128x192, M and N partial tiles, N % 8 != 0 (padded w and output)
+    (1000, 2432, 4096),  # 128x192 at 0.79 of a wave (104 tiles), partial M, straddling N tiles
     (1000, 4200, 4096),  # 128x192 past a wave (176 tiles), the last 44 cut into 3 K pieces; partial M and N tiles
     (2048, 2048, 1024),
     (6144, 512, 7168),  # hand-written 192x128 kernel (three consumer warpgroups): one full wave
