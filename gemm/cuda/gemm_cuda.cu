@@ -129,7 +129,6 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
   g.swizzle = tuning.swizzle;
   g.splits = tuning.splits;
   g.overlap_store = tuning.overlap_store;
-  g.l2_promotion = tuning.l2_promotion;
 
   size_t const ws_bytes = kConfigs[cfg].workspace(g);
   at::Tensor workspace;

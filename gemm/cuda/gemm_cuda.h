@@ -18,8 +18,6 @@ struct Tuning {
   int kslices = 1;  // K slices of the K-sliced and the decode configurations (ignored by the others)
   // The hand-written configurations (6-8) store a tile beside the next one's first batch (GemmArgs).
   bool overlap_store = false;
-  // The hand-written configurations' (6-9) operand L2 promotion in bytes (GemmArgs).
-  int l2_promotion = 256;
   // Seed layout: the GEMM launches as a programmatic dependent of the preparation (GemmArgs::pdl); false
   // only to measure what that saves (tests/cuda/config_sweep.py variant `spicknopdl`).
   bool pdl = true;

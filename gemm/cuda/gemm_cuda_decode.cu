@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 template <int MP>
 cudaError_t launch_decode(GemmArgs const &g, CUtensorMap const &map_w, cudaStream_t stream) {
   CUtensorMap map_x;
-  if (!encode(&map_x, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.x, g.M, g.K, g.K, MP, kBlockK, g.l2_promotion)) {
+  if (!encode(&map_x, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.x, g.M, g.K, g.K, MP, kBlockK)) {
     return cudaErrorInvalidValue;
   }
   dim3 const grid((g.N + kRows - 1) / kRows, g.kslices);
@@ -152,7 +152,7 @@ int run_decode(GemmArgs const &g, cudaStream_t stream) {
     return -static_cast<int>(cudaErrorInvalidValue);
   }
   CUtensorMap map_w;
-  if (!encode(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.w, g.N, g.K, g.K, kRows, kBlockK, g.l2_promotion)) {
+  if (!encode(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.w, g.N, g.K, g.K, kRows, kBlockK)) {
     return -static_cast<int>(cudaErrorInvalidValue);
   }
   cudaError_t err;

@@ -38,9 +38,6 @@ struct GemmArgs {
   // unit's first wgmma batch runs, instead of before that batch, so that the tensor cores do not wait for
   // the epilogue; pick_tuning turns it on where that measured faster (deep K).
   bool overlap_store = false;
-  // The hand-written configurations (6-9): the L2 promotion of the operands' TMA loads, in bytes (0,
-  // 64, 128 or 256): how much of the line around each missed sector L2 fetches from memory.
-  int l2_promotion = 256;
   // Launch as a programmatic dependent of the stream's previous kernel (the seed preparation): the GEMM is
   // launched as that kernel's blocks exit, without waiting for the whole grid's completion and memory
   // flush first, and waits for them itself (griddepcontrol.wait) before it reads any input. Only where

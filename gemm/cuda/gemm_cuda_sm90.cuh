@@ -223,21 +223,16 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 
 // A 2-D row-major tensor (rows x cols elements, row stride ld elements) read or written in boxes of
 // box_rows x box_cols with 128-byte swizzle (box_cols * element size must be 128 bytes).
-// l2_promotion: bytes (0, 64, 128, 256) L2 fetches from memory around each missed sector.
 inline bool encode(CUtensorMap *map, CUtensorMapDataType type, int elem_bytes, void const *ptr, uint64_t rows,
-            uint64_t cols, uint64_t ld, uint32_t box_rows, uint32_t box_cols, int l2_promotion = 256) {
+            uint64_t cols, uint64_t ld, uint32_t box_rows, uint32_t box_cols) {
   auto fn = tensor_map_encoder();
   if (fn == nullptr) return false;
-  CUtensorMapL2promotion const promotion = l2_promotion >= 256   ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B
-                                           : l2_promotion >= 128 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
-                                           : l2_promotion >= 64  ? CU_TENSOR_MAP_L2_PROMOTION_L2_64B
-                                                                 : CU_TENSOR_MAP_L2_PROMOTION_NONE;
   cuuint64_t dims[2] = {cols, rows};
   cuuint64_t strides[1] = {ld * elem_bytes};
   cuuint32_t box[2] = {box_cols, box_rows};
   cuuint32_t elem_strides[2] = {1, 1};
   return fn(map, type, 2, const_cast<void *>(ptr), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-            CU_TENSOR_MAP_SWIZZLE_128B, promotion,
+            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 

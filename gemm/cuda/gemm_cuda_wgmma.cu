@@ -396,8 +396,8 @@ int run_wgmma(GemmArgs const &g, void *workspace, cudaStream_t stream) {
     return -static_cast<int>(cudaErrorInvalidValue);
   }
   CUtensorMap map_x, map_w, map_d;
-  if (!encode(&map_x, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.x, g.M, g.K, g.K, kBlockM, kBlockK, g.l2_promotion) ||
-      !encode(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.w, g.N, g.K, g.K, BN, kBlockK, g.l2_promotion) ||
+  if (!encode(&map_x, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.x, g.M, g.K, g.K, kBlockM, kBlockK) ||
+      !encode(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.w, g.N, g.K, g.K, BN, kBlockK) ||
       !encode(&map_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, g.d, g.M, g.N, g.ldd, 64, 64)) {
     return -static_cast<int>(cudaErrorInvalidValue);
   }

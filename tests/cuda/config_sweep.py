@@ -11,8 +11,8 @@ device time only). Prints a table and writes config_sweep.json to --out.
 A variant is `pick` (pick_tuning's choice), `torch` (F.scaled_mm blockwise), `pertensor` (cuBLAS's
 per-tensor FP8 GEMM on the same operands, unit scales: a different op, timed as the speed of light of the
 block-scaled one; its check fails by design), or `c<cfg>` followed by
-optional knobs `r<raster>` `s<swizzle>` `p<splits>` `k<kslices>` `o<overlap_store: 0 or 1>` `l<l2_promotion bytes>`
-(see Tuning in gemm/cuda/gemm_cuda.h).
+optional knobs `r<raster>` `s<swizzle>` `p<splits>` `k<kslices>` `o<overlap_store: 0 or 1>` (see Tuning in
+gemm/cuda/gemm_cuda.h).
 Run 8 swept the K-sliced configuration with `c5k1,c5k2,c5k4,...`. Seed-layout variants (the same
 problems passed as a, b, a_scale, b_scale): `spick` (the op's own choice) and `seed<cfg>[p<splits>]`
 (seed_with_config with that cfg and split tail), each optionally followed by `nopdl` (the GEMM launched
@@ -41,8 +41,8 @@ from benchmarks.problem import check, magnitude, make_inputs, parse_shapes, refe
 from benchmarks.timing import Budget, Flusher, round_order, time_samples  # noqa: E402
 from tests.cuda.device_check import load_jit  # noqa: E402
 
-_KNOB = re.compile(r"([rspkol])(\d+)")
-_KNOB_NAMES = {"r": "raster", "s": "swizzle", "p": "splits", "k": "kslices", "o": "overlap_store", "l": "l2_promotion"}
+_KNOB = re.compile(r"([rspko])(\d+)")
+_KNOB_NAMES = {"r": "raster", "s": "swizzle", "p": "splits", "k": "kslices", "o": "overlap_store"}
 
 
 def parse_variant(spec: str) -> dict | None:
@@ -55,9 +55,9 @@ def parse_variant(spec: str) -> dict | None:
         return {"cfg": -1}
     if m := re.fullmatch(r"(?:spick|seed(\d+)(?:p(\d+))?)(nopdl)?", spec):  # nopdl: Tuning.pdl off
         return {"cfg": int(m.group(1) or -1), "layout": "seed", "pdl": not m.group(3), "splits": int(m.group(2) or 1)}
-    m = re.fullmatch(r"c(\d+)((?:[rspkol]\d+)*)", spec)
+    m = re.fullmatch(r"c(\d+)((?:[rspko]\d+)*)", spec)
     if not m:
-        raise SystemExit(f"bad variant {spec!r}: want pick, torch or c<cfg>[r<n>][s<n>][p<n>][k<n>][o<0|1>][l<bytes>]")
+        raise SystemExit(f"bad variant {spec!r}: want pick, torch or c<cfg>[r<n>][s<n>][p<n>][k<n>][o<0|1>]")
     knobs = {"cfg": int(m.group(1))}
     for key, val in _KNOB.findall(m.group(2)):
         knobs[_KNOB_NAMES[key]] = bool(int(val)) if key == "o" else int(val)

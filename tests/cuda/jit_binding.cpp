@@ -15,14 +15,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   // cfg < 0: the heuristic's whole choice; otherwise that configuration with these scheduler knobs.
   m.def("natural_cfg", [](at::Tensor out, at::Tensor x, at::Tensor w, at::Tensor sx, at::Tensor sw,
-                          int cfg, int raster, int swizzle, int splits, int kslices, bool overlap_store,
-                          int l2_promotion) {
-    gemm_cuda::Tuning t{cfg, raster, swizzle, splits, kslices, overlap_store};
-    t.l2_promotion = l2_promotion;
-    gemm_cuda::natural_with_config(out, x, w, sx, sw, t);
+                          int cfg, int raster, int swizzle, int splits, int kslices, bool overlap_store) {
+    gemm_cuda::natural_with_config(out, x, w, sx, sw,
+                                   gemm_cuda::Tuning{cfg, raster, swizzle, splits, kslices, overlap_store});
   }, py::arg("out"), py::arg("x"), py::arg("w"), py::arg("sx"), py::arg("sw"), py::arg("cfg"),
         py::arg("raster") = 0, py::arg("swizzle") = 1, py::arg("splits") = 1, py::arg("kslices") = 1,
-        py::arg("overlap_store") = false, py::arg("l2_promotion") = 256);
+        py::arg("overlap_store") = false);
   m.def("seed_cfg", [](at::Tensor c, at::Tensor a, at::Tensor b, at::Tensor sa, at::Tensor sb, int cfg, bool pdl,
                        int splits) {
     gemm_cuda::Tuning t{cfg, 0, 1, splits, 1};
@@ -38,6 +36,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("config_name", [](int cfg) { return std::string(gemm_cuda::config_name(cfg)); });
   m.def("pick_tuning", [](int64_t m, int64_t n, int64_t k) {
     auto t = gemm_cuda::pick_tuning(m, n, k);
-    return std::vector<int>{t.cfg, t.raster, t.swizzle, t.splits, t.kslices, t.overlap_store, t.l2_promotion};
+    return std::vector<int>{t.cfg, t.raster, t.swizzle, t.splits, t.kslices, t.overlap_store};
   });
 }
