@@ -21,6 +21,8 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import device_check as dc  # noqa: E402
 
+from benchmarks.problem import parse_shapes  # noqa: E402  (device_check put the repo root on sys.path)
+
 # (512, 1024, 4096): the K-sliced configuration (fp32 partials + summing pass); (1000, 2999, 512): the
 # hand-written 128x192 wgmma kernel with partial tiles; (5800, 512, 4096): its 192x128 form (three
 # consumer warpgroups), whose last M tile leaves two of them without rows; (1000, 2056, 384): its 128x128
@@ -66,7 +68,7 @@ def main() -> int:
     ap.add_argument("--overlap", action="store_true", help="with --cfg: the natural calls' Tuning.overlap_store")
     ap.add_argument("--shape", action="append", default=[], metavar="MxNxK", help="these shapes instead (repeatable)")
     args = ap.parse_args()
-    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shape] or SHAPES[: args.shapes]
+    shapes = [(s.m, s.n, s.k) for spec in args.shape for s in parse_shapes(spec)] or SHAPES[: args.shapes]
     torch.backends.cuda.matmul.allow_tf32 = False
     if args.kernel_dir:
         from kernels import get_local_kernel
