@@ -206,9 +206,18 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   // epilogue is split three ways). Measured (runs 34 and 35, tests/cuda/config_sweep.py, us): 6144x4096x512
   // 31.6 / 31.9 vs 33.2 / 33.3 for 128x192, 6144x7168x256 34.0 / 34.7 vs 36.2 / 36.2, 6144x7168x2304
   // 200.4 / 205.5 vs 204.7 / 206.4, 6144x3072x1536 55.1 / 58.9 vs 59.2 / 61.4 for CUTLASS's 128x128.
+  // But from K = 1536 on, since the 128x192 kernel took its scales through shared memory (runs 50-52)
+  // and, from K = 2048, its store beside the next tile's first batch (runs 70-72), that kernel instead
+  // (over four waves of either, the last wave's fill matters little). Measured (tests/cuda/config_sweep.py,
+  // 5 rounds, us, 192x128 / 128x192), run 85: 6144x7168x2304 199.1 / 194.3, 6144x7168x2048 179.0 / 177.2,
+  // 4096x7168x2304 138.8 / 133.9, 8192x7168x2048 238.7 / 232.8, 6144x4096x2304 112.7 / 111.2,
+  // 3072x7168x2304 99.4 / 96.0, 6144x3072x2048 74.1 / 73.0; run 87 (store first at K = 1536, as
+  // t.overlap_store says): 6144x3072x1536 56.2 / 54.4, 4096x3072x1536 38.6 / 37.0, 8192x4096x1536 104.3 /
+  // 102.5; run 86: 6144x7168x1536 132.8 / 133.0. At K <= 512 the 192x128 kernel stays ahead (run 86:
+  // 6144x4096x512 29.4 / 31.7, 6144x7168x256 32.4 / 33.5).
   int64_t const tiles_tall = tile_count(192, 128);
   if (K <= 2304 && tiles_tall >= 4 * kSms) {
-    t.cfg = kTall192Config;
+    t.cfg = K >= 1536 ? kWide192Config : kTall192Config;
     return t;
   }
   // The hand-written 128x192 kernel (gemm_cuda_wgmma.cu) when its tiles fill at least one wave and its
