@@ -108,9 +108,6 @@ __device__ __forceinline__ void promote_cols(bool split_at_64, float *out, float
 // arrives last sums every piece's slot, its own included, into `out` in piece order (so the bits do not
 // depend on which arrives last) and returns true: it writes the tile. The others return false. Nothing
 // waits for another CTA: no CTA depends on one that may not be resident yet.
-// Ordering: the warpgroup's barrier orders every thread's stores before thread 0's acq_rel count (the
-// release is cumulative), and the last count's acquire before every thread's loads, as CUTLASS's
-// generic barrier does, instead of __threadfence() (fence.sc.gpu, MEMBAR.SC.GPU) in every thread.
 template <int NR>
 __device__ __forceinline__ bool split_fixup(float *out, float *partials, unsigned *counter, int piece, int pieces,
                                             int64_t slot_stride, int barrier, int t128) {
@@ -119,13 +116,15 @@ __device__ __forceinline__ bool split_fixup(float *out, float *partials, unsigne
   for (int q = 0; q < NR / 4; ++q) {
     __stcg(mine + 128 * q, make_float4(out[4 * q], out[4 * q + 1], out[4 * q + 2], out[4 * q + 3]));
   }
+  __threadfence();  // the block is visible device-wide before it is counted
   named_sync(barrier);
   bool last = false;
-  if (t128 == 0) last = atomic_add_acq_rel_gpu(counter, 1u) == static_cast<unsigned>(pieces - 1);
+  if (t128 == 0) last = atomicAdd(counter, 1u) == static_cast<unsigned>(pieces - 1);
   // Broadcast from lane 0 although every lane has the same answer: ptxas then knows the branch is
   // warp-uniform, and the consumer loop keeps its descriptors in uniform registers (without it, 12-20 %
   // slower on every shape: run 45).
   if (!__shfl_sync(0xffffffffu, named_sync_or(barrier, last), 0)) return false;
+  __threadfence();  // and every other piece's block is visible here
 #pragma unroll
   for (int i = 0; i < NR; ++i) out[i] = 0.f;
   for (int j = 0; j < pieces; ++j) {
