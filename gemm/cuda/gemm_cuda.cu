@@ -194,10 +194,14 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   // tests/cuda/config_sweep.py, us; before -> after): 1x4608x7168 23.0 -> 18.8 (one slice), 3x520x7168
   // 12.8 -> 10.2 (14), 64x512x7168 14.8 -> 12.0 (14), 1x1536x7168 16.3 -> 13.3 (4), 8x4096x512 8.3 -> 6.5,
   // 64x64x128 10.3 -> 6.1; slicing lost at K < 4096 (64x3072x1536 10.1 in one slice, 11.9 in two) and
-  // where the tiles alone fill half the SMs. From 33 rows on, once w has more than 48 tiles of 64 rows,
-  // the rules below stay ahead (64-row tiles: 64x4608x7168 23.1 vs 23.8, 64x7168x2304 13.1 vs 13.8).
+  // where the tiles alone fill half the SMs. From 33 rows on, once w has more than a wave of 64-row
+  // tiles, the rules below (CUTLASS's 64-row tiles) are as fast or faster: run 91 (us, those / decode in
+  // one slice) 64x18432x7168 58.0 / 58.3, 64x24576x1536 20.5 / 22.1; up to a wave the decode kernel is
+  // ahead since its scales come through shared memory (run 88): 64x4608x7168 22.8 / 22.7, 48x4608x7168
+  // 22.8 / 22.4, 64x4096x7168 22.3 / 21.8, 64x7168x2304 12.9 / 12.4, 40x7168x2304 12.8 / 12.4,
+  // 48x7168x2048 12.1 / 11.6 (run 43, before it: 64x4608x7168 23.1 vs 23.8, 64x7168x2304 13.1 vs 13.8).
   int64_t const tiles64 = (N + 63) / 64;
-  if (M <= 64 && !(M > 32 && tiles64 > 48)) {
+  if (M <= 64 && !(M > 32 && tiles64 > kSms)) {
     t.cfg = kDecodeConfig;
     t.kslices = K >= 4096 ? max_kslices(tiles64, kblocks, kSms) : 1;
     return t;
