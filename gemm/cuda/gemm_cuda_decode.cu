@@ -8,9 +8,9 @@
 // block's MP x_scale values and its w_scale into the stage (4-byte cp.async on the stage's barrier), so
 // that the consumers read them from shared memory, not from global memory inside the K loop (run 88, one
 // K slice: 64x4608x7168 28.4 -> 22.7 us, 16x4608x7168 21.3 -> 18.3, 32x7168x2304 12.9 -> 11.7;
-// 1x4608x7168 only 18.4 -> 18.0). The grid is (w row tiles, K slices): K slices give a weight stream enough CTAs to
-// fill the SMs; each slice writes fp32 partials that gemm_cuda_reduce.cu sums, or bf16 directly when
-// there is one slice.
+// 1x4608x7168 only 18.4 -> 18.0). The grid is (w row tiles, K slices): K slices give a weight stream
+// enough CTAs to fill the SMs; each slice writes fp32 partials that gemm_cuda_reduce.cu sums, or bf16
+// directly when there is one slice.
 //
 // Accumulator fragment of m64nMPk32 (PTX ISA, "Register fragments"): thread t of the warpgroup holds,
 // for j < MP/8, d[4j + 2h + e] = D[16 (t/32) + (t%32)/4 + 8h][8j + 2 (t%4) + e], D = out^T.
