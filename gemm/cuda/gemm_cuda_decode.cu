@@ -82,11 +82,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         tma_load(&map_x, full_bar + 8 * s, base + s * L::kStage + L::kBytesW, kb * kBlockK, 0);
       }
       uint32_t const scales = base + L::kOffScale + s * L::kBytesScale;
-      // x_scale rows past M are clamped (their outputs are not stored).
-#pragma unroll
-      for (int r = lane; r < MP; r += 32) {
-        cp_async_4(scales + 4 * r, sx + static_cast<int64_t>(min(r, M - 1)) * kblocks + kb);
-      }
+      copy_row_scales<MP>(scales, sx, 0, M, kblocks, kb, lane);
       if (lane == 0) cp_async_4(scales + 4 * MP, swp + kb);
       cp_async_arrive_noinc(full_bar + 8 * s);
     }

@@ -79,6 +79,21 @@ __device__ __forceinline__ void cp_async_4(uint32_t dst, void const *src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
 }
 
+// A warp's share of a stage's row scales: x_scale of K block kb for rows row0 .. row0 + kRows - 1 of
+// the (M, kblocks) tensor sx, to 4 * r bytes past `dst`, lane l copying rows l, l + 32, ... (rows past M are
+// clamped: their outputs are not stored). The caller counts the copies on the stage's barrier.
+template <int kRows>
+__device__ __forceinline__ void copy_row_scales(uint32_t dst, float const *sx, int row0, int M, int kblocks,
+                                                int kb, int lane) {
+#pragma unroll
+  for (int i = 0; i < (kRows + 31) / 32; ++i) {
+    int const r = 32 * i + lane;
+    if (kRows % 32 == 0 || r < kRows) {
+      cp_async_4(dst + 4 * r, sx + static_cast<int64_t>(min(row0 + r, M - 1)) * kblocks + kb);
+    }
+  }
+}
+
 // One arrival on `bar` once every cp.async this thread issued so far has landed; counted against the
 // barrier's initial arrival count (.noinc), so each such thread adds one to that count.
 __device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {

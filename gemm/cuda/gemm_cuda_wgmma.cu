@@ -257,11 +257,7 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
             tma_load(&map_w, full_bar + 8 * s, base + L::kOffB + s * L::kBytesB, kb * kBlockK, tn * BN);
           }
           uint32_t const scales = base + L::kOffScale + s * L::kBytesScale;
-#pragma unroll
-          for (int i = 0; i < kBlockM / 32; ++i) {
-            int const r = 32 * i + lane;
-            cp_async_4(scales + 4 * r, sx + static_cast<int64_t>(min(m0 + r, M - 1)) * kblocks + kb);
-          }
+          copy_row_scales<kBlockM>(scales, sx, m0, M, kblocks, kb, lane);
           if (lane < 2) {
             cp_async_4(scales + 4 * (kBlockM + lane), sw + static_cast<int64_t>(wblock) * kblocks + kb);
           }
