@@ -4,8 +4,8 @@
 //
 // Natural layout (x (M,K), w (N,K), both K-contiguous) goes straight to a warp-specialized TMA + wgmma
 // kernel with blockwise scale promotion in the mainloop, picked per shape: CUTLASS's sm90 collective
-// (gemm_cuda_cfg*.cu), the hand-written persistent kernel (gemm_cuda_wgmma.cu: 128x128, 128x192 and 192x128
-// tiles, optionally a split tail) or, for M <= 64, the decode kernel (gemm_cuda_decode.cu). The seed layout
+// (gemm_cuda_cfg*.cu), the hand-written persistent kernel (gemm_cuda_wgmma.cu: 128x128, 128x192, 192x128
+// and 192x144 tiles, optionally a split tail) or, for M <= 64, the decode kernel (gemm_cuda_decode.cu). The seed layout
 // (a (K,M), b (K,N): M/N-contiguous) cannot feed FP8 wgmma directly (FP8 wgmma reads only K-major
 // shared-memory operands), so one fused launch (gemm_cuda_prep.cu) transposes a, b and both scale
 // tensors into K-major scratch, then the natural path runs, its GEMM launched as the preparation's
@@ -39,6 +39,8 @@ constexpr int kWide192Config = 7;
 constexpr int kTall192Config = 8;
 // M <= 64: w streamed through 64-row tiles with the operands swapped, in K slices (gemm_cuda_decode.cu).
 constexpr int kDecodeConfig = 9;
+// The hand-written kernel with 192x144 tiles (three consumer warpgroups, like 192x128).
+constexpr int kTall144Config = 10;
 
 ConfigEntry const kConfigs[] = {
     {kNameCfg0, &workspace_cfg0, &run_cfg0}, {kNameCfg1, &workspace_cfg1, &run_cfg1},
@@ -46,6 +48,7 @@ ConfigEntry const kConfigs[] = {
     {kNameCfg4, &workspace_cfg4, &run_cfg4}, {kNameCfg5, &workspace_cfg5, &run_cfg5},
     {kNameCfg6, &workspace_cfg6, &run_cfg6}, {kNameCfg7, &workspace_cfg7, &run_cfg7},
     {kNameCfg8, &workspace_cfg8, &run_cfg8}, {kNameCfg9, &workspace_cfg9, &run_cfg9},
+    {kNameCfg10, &workspace_cfg10, &run_cfg10},
 };
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
 
@@ -304,6 +307,17 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   // tiles (1.45 waves); on full multi-wave shapes that kernel is 3-10% slower than the 128x192 one.
   if (K >= 4096 && tiles_tall <= kSms && 10 * tiles_tall >= 9 * kSms) {
     t.cfg = kTall192Config;
+    t.raster = 2;
+    return t;
+  }
+  // Deep K where 192x128 tiles make more than a wave but 192x144 ones make one wave at least 90 % full
+  // (6144x576x7168: 160 tiles of 192x128, 1.21 waves; 128 of 192x144): those, the tiles 12 % larger.
+  // Measured (run 94, tests/cuda/config_sweep.py, 4 rounds, us): 6144x576x7168 45.1 vs 51.4 for the
+  // rules below (CUTLASS's 128x128, 1.82 waves), 69.6 for 192x128, torch 48.4; 5800x556x4096 43.1 vs 49.0.
+  // (Where they make many waves they lost to 128x192: 6144x4608x7168 372.5 vs 362.4, 8192^3 1010 vs 946.)
+  int64_t const tiles_tall144 = tile_count(192, 144);
+  if (K >= 4096 && tiles_tall144 <= kSms && 10 * tiles_tall144 >= 9 * kSms) {
+    t.cfg = kTall144Config;
     t.raster = 2;
     return t;
   }

@@ -1,8 +1,9 @@
-// A hand-written sm_90a FP8 block-scaled GEMM (configurations 6, 7 and 8, see gemm_cuda_kernels.h), for
+// A hand-written sm_90a FP8 block-scaled GEMM (configurations 6, 7, 8 and 10, see gemm_cuda_kernels.h), for
 // the tile shapes CUTLASS 4.2's blockwise collective cannot build: 128 x 192 output tiles (its builder
-// wants the N tile to equal the 128-wide B-scale block) and 192 x 128 ones (three consumer warpgroups),
-// beside a plain 128 x 128 one (pick_tuning takes it for K <= 512 with a wave of tiles, runs 34-36, and
-// with a split tail where 3 K pieces per tile fill the SMs and 4 K slices would not, runs 45-48).
+// wants the N tile to equal the 128-wide B-scale block), 192 x 128 ones (three consumer warpgroups) and
+// 192 x 144 ones (three, for one full wave where 192 x 128 makes 1.2: 6144x576x7168, run 94), beside a
+// plain 128 x 128 one (pick_tuning takes it for K <= 512 with a wave of tiles, runs 34-36, and with a split
+// tail where 3 K pieces per tile fill the SMs and 4 K slices would not, runs 45-48).
 //
 // Structure (one CTA per SM, persistent, 1 + C warpgroups, C = 2 or 3 consumers):
 //   warpgroup 0    producer: one thread streams 64C x 128 (x) and BN x 128 (w) FP8 tiles of each K block
@@ -14,20 +15,27 @@
 //                  fp32 registers (the contract's per-block scaling, the same arithmetic as CUTLASS's
 //                  and cuBLASLt's blockwise kernels), the scales read from shared memory, then the
 //                  stage goes back to the producer;
-//                  epilogue: bf16 into 128-byte-swizzled shared memory, TMA store (clipped at M, N);
+//                  epilogue: bf16 into 128-byte-swizzled shared memory, TMA store (clipped at M, N),
+//                  the 16 columns past BN = 144's two 64-column boxes straight from registers;
 //                  from K = 2048 on, issued while the next unit's first batch runs (overlap_store).
 // Split tail (GemmArgs::splits > 1): the tiles past the last full wave are cut into K pieces, one per CTA;
 // each piece's fp32 block goes to the workspace and the last piece to arrive sums them (split_fixup).
-// A 192-wide N tile straddles two 128-wide w_scale blocks; which columns take which scale depends only on
-// n0 % 128 (0 or 64 for BN = 192), so the promotion is compiled for both splits and picked per tile.
+// A 192- or 144-wide N tile straddles two 128-wide w_scale blocks; which columns take which scale depends
+// only on n0 % 128 (0 or 64 for BN = 192, a multiple of 16 for BN = 144), so the promotion is compiled for
+// each split and picked per tile (promote_cols).
 //
 // The fragment layout of a wgmma m64nNk32 fp32 accumulator (PTX ISA, "Register fragments"): thread t of
 // the warpgroup holds, for j < N/8, d[4j + 2h + e] = D[16 (t/32) + (t%32)/4 + 8h][8j + 2 (t%4) + e].
+
+// wgmma m64n144k32 (the 192x144 tiles) is one of cute's "extended" shapes, which cute declares only under
+// this macro (set here alone: no other translation unit instantiates them).
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED 1
 
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <type_traits>
 
 #include "gemm_cuda_kernels.h"
@@ -43,9 +51,10 @@ constexpr int kOutChunk = 64 * 128;
 // An M tile of 64 rows per consumer warpgroup (each issues m64 wgmma), BN columns.
 template <int BN, int kConsumers>
 struct Layout {
-  static_assert(BN == 128 || BN == 192, "N tile: 128 or 192 (the promotion handles at most two w_scale blocks)");
-  static_assert(kConsumers == 2 || (kConsumers == 3 && BN == 128),
-                "3 consumer warpgroups get 160 registers each: room for 64 + 64 accumulators, not 96 + 96");
+  static_assert(BN % 16 == 0 && BN >= 128 && BN <= 192,
+                "N tile: a multiple of 16 from 128 to 192 (the promotion handles at most two w_scale blocks)");
+  static_assert(kConsumers == 2 || (kConsumers == 3 && BN <= 144),
+                "3 consumer warpgroups get 160 registers each: room for 72 + 72 accumulators, not 96 + 96");
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   // setmaxnreg: the producer gives registers to the consumers. Only the CTA's own allocation moves (what
@@ -58,7 +67,9 @@ struct Layout {
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= kLaunchRegs * kThreads, "register file");
   static constexpr int kBytesA = kBlockM * kBlockK;  // per stage
   static constexpr int kBytesB = BN * kBlockK;
-  static constexpr int kBytesOut = kConsumers * (BN / 64) * kOutChunk;  // every consumer warpgroup's block
+  // Every consumer warpgroup's block, in whole 64-column boxes (columns past the last one, BN % 64 of them,
+  // are stored straight from registers: store_block).
+  static constexpr int kBytesOut = kConsumers * (BN / 64) * kOutChunk;
   // A stage's scales: the K block's x_scale of the tile's kBlockM rows, then (from float kBlockM on) its two
   // w_scale blocks (the second unused when BN = 128), padded to 16 bytes.
   static constexpr int kBytesScale = (kBlockM + 4) * 4;
@@ -91,15 +102,21 @@ __device__ __forceinline__ void promote(float *out, float const *acc, float s00,
   }
 }
 
-// The same, the tile's first w_scale block ending after 64 columns (split_at_64) or after 128.
-template <int NJ, bool kFirst>
-__device__ __forceinline__ void promote_cols(bool split_at_64, float *out, float const *acc, float a0, float a1,
-                                             float b0, float b1) {
-  if (split_at_64) {
-    promote<NJ, 8, kFirst>(out, acc, a0 * b0, a0 * b1, a1 * b0, a1 * b1);
-  } else {
-    promote<NJ, 16, kFirst>(out, acc, a0 * b0, a0 * b1, a1 * b0, a1 * b1);
+// The same for a BN-wide tile whose first w_scale block covers its 8-column groups j < jb (jb = (128 -
+// n0 % 128) / 8: 16 for a tile that starts on a block boundary). Tiles start at multiples of BN, so n0 % 128
+// is a multiple of gcd(BN, 128): the promotion is compiled for each jb that allows (16 and 8 for BN = 192,
+// 16, 14, .., 2 for BN = 144, 16 alone for BN = 128) and picked per K block by a warp-uniform branch.
+template <int BN, bool kFirst, int JB = 16>
+__device__ __forceinline__ void promote_cols(int jb, float *out, float const *acc, float a0, float a1, float b0,
+                                             float b1) {
+  constexpr int kStep = std::gcd(BN, 128) / 8;
+  if constexpr (JB > kStep) {
+    if (jb != JB) {
+      promote_cols<BN, kFirst, JB - kStep>(jb, out, acc, a0, a1, b0, b1);
+      return;
+    }
   }
+  promote<BN / 8, JB, kFirst>(out, acc, a0 * b0, a0 * b1, a1 * b0, a1 * b1);
 }
 
 // A piece of a split tile: this warpgroup's fp32 block `out` (NR registers per thread) goes to its slot
@@ -138,17 +155,33 @@ __device__ __forceinline__ bool split_fixup(float *out, float *partials, unsigne
   return true;
 }
 
-// Epilogue: a consumer warpgroup's 64 x BN bf16 block `out` at (row, col) of the output, through its
-// 128-byte-swizzled shared-memory boxes of 64 columns at out_base, then TMA stores (clipped at M, N).
+// Epilogue: a consumer warpgroup's 64 x BN bf16 block `out` at (row, col) of the output (d, row stride ldd),
+// through its 128-byte-swizzled shared-memory boxes of 64 columns at out_base, then TMA stores (clipped at
+// M, N). Columns past the last whole box (16 of BN = 144) go straight to global memory: 4 lanes write a
+// row's 16 contiguous bytes of each 8-column group, clipped at M and N (N % 8 == 0).
 template <int BN>
-__device__ __forceinline__ void store_block(float const *out, uint32_t out_base, CUtensorMap const *map_d, int row,
-                                            int col, int M, int N, int barrier, int t128) {
-  if (t128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // last block's store read
-  named_sync(barrier);
+__device__ __forceinline__ void store_block(float const *out, uint32_t out_base, CUtensorMap const *map_d,
+                                            __nv_bfloat16 *d, int64_t ldd, int row, int col, int M, int N,
+                                            int barrier, int t128) {
+  constexpr int kBoxed = BN / 64 * 8;  // 8-column groups stored through shared memory
   int const lane = t128 % 32;
   int const r = 16 * (t128 / 32) + lane / 4;  // row within the block (and r + 8)
 #pragma unroll
-  for (int j = 0; j < BN / 8; ++j) {
+  for (int j = kBoxed; j < BN / 8; ++j) {
+    int const cc = col + 8 * j + 2 * (lane % 4);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      int const rr = row + r + 8 * h;
+      if (rr < M && cc < N) {
+        *reinterpret_cast<__nv_bfloat162 *>(d + rr * ldd + cc) =
+            __floats2bfloat162_rn(out[4 * j + 2 * h], out[4 * j + 2 * h + 1]);
+      }
+    }
+  }
+  if (t128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // last block's store read
+  named_sync(barrier);
+#pragma unroll
+  for (int j = 0; j < kBoxed; ++j) {
     uint32_t const chunk = out_base + (j / 8) * kOutChunk;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -209,9 +242,9 @@ struct Schedule {
 template <int BN, int kConsumers>
 __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
     wgmma_gemm_kernel(__grid_constant__ CUtensorMap const map_x, __grid_constant__ CUtensorMap const map_w,
-                      __grid_constant__ CUtensorMap const map_d, float const *__restrict__ sx,
-                      float const *__restrict__ sw, int M, int N, Schedule sched, float *partials,
-                      unsigned *counters) {
+                      __grid_constant__ CUtensorMap const map_d, __nv_bfloat16 *d, int64_t ldd,
+                      float const *__restrict__ sx, float const *__restrict__ sw, int M, int N, Schedule sched,
+                      float *partials, unsigned *counters) {
 #ifdef GEMM_WGMMA_DEVICE
   using L = Layout<BN, kConsumers>;
   constexpr int kBlockM = L::kBlockM;
@@ -221,7 +254,6 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   uint32_t const base = (smem_addr(smem_raw) + 1023) & ~1023u;
   uint32_t const full_bar = base + L::kOffBar;  // kStages barriers: the stage's operands and scales landed
   uint32_t const empty_bar = full_bar + 8 * L::kStages;  // kStages barriers: every consumer thread is done
-  int const units = sched.units();
   int const kblocks = sched.kblocks;
   int const nblocks = (N + 127) / 128;  // w_scale rows
 
@@ -243,7 +275,7 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
         cute::prefetch_tma_descriptor(&map_w);
       }
       uint32_t it = 0;
-      for (int u = blockIdx.x; u < units; u += gridDim.x) {
+      for (int u = blockIdx.x; u < sched.units(); u += gridDim.x) {
         int t, kb0, kb1, piece, tm, tn;
         sched.unit(u, t, kb0, kb1, piece);
         sched.tile(t, tm, tn);
@@ -287,12 +319,12 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   // unit's first wgmma batch runs, so that the tensor cores do not wait for the epilogue.
   bool pending = false;
   int store_row = 0, store_col = 0;
-  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+  for (int u = blockIdx.x; u < sched.units(); u += gridDim.x) {
     int t, kb0, kb1, piece, tm, tn;
     sched.unit(u, t, kb0, kb1, piece);
     sched.tile(t, tm, tn);
     int const m0 = tm * kBlockM, n0 = tn * BN;
-    bool const split_at_64 = (n0 % 128) != 0;  // BN = 192 only: columns 0..63 in the first block
+    int const jb = (128 - n0 % 128) / 8;  // 8-column groups in the tile's first w_scale block (promote_cols)
 
     // One K block of the unit; the first (kFirst) starts `out` (promoted onto zeros) and has the previous
     // tile's store (GemmArgs::overlap_store) run beside its batch. Between one batch's promotion and the
@@ -310,14 +342,14 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
       int const ns = ring_stage<L::kStages>(it);
       uint32_t const nparity = ring_parity<L::kStages>(it);
       if (first && pending) {
-        store_block<BN>(out, out_base, &map_d, store_row, store_col, M, N, 1 + cw, t128);
+        store_block<BN>(out, out_base, &map_d, d, ldd, store_row, store_col, M, N, 1 + cw, t128);
         pending = false;
       }
       cute::warpgroup_wait<0>();
       fence_all<BN>(acc);
       bar_arrive(empty_bar + 8 * s);  // this thread is done with the stage's operands and scales
       bool const probed = bar_test(full_bar + 8 * ns, nparity);
-      promote_cols<BN / 8, decltype(first)::value>(split_at_64, out, acc, a0, a1, b.x, b.y);
+      promote_cols<BN, decltype(first)::value>(jb, out, acc, a0, a1, b.x, b.y);
       // The next tile's first stage is waited for at that tile's start.
       if (kb + 1 != kb1 && !probed) bar_wait(full_bar + 8 * ns, nparity);
       s = ns;
@@ -339,10 +371,10 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
       pending = true;
       store_row = m0 + 64 * cw, store_col = n0;
     } else {
-      store_block<BN>(out, out_base, &map_d, m0 + 64 * cw, n0, M, N, 1 + cw, t128);
+      store_block<BN>(out, out_base, &map_d, d, ldd, m0 + 64 * cw, n0, M, N, 1 + cw, t128);
     }
   }
-  if (pending) store_block<BN>(out, out_base, &map_d, store_row, store_col, M, N, 1 + cw, t128);
+  if (pending) store_block<BN>(out, out_base, &map_d, d, ldd, store_row, store_col, M, N, 1 + cw, t128);
   if (t128 == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 #endif  // GEMM_WGMMA_DEVICE
 }
@@ -409,8 +441,8 @@ int run_wgmma(GemmArgs const &g, void *workspace, cudaStream_t stream) {
   }
   int const grid = std::min(sched.units(), g.sm_count);
   cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN, kConsumers>>(
-      grid, L::kThreads, L::kSmem, g.device, stream, g.pdl, map_x, map_w, map_d, g.sx, g.sw, g.M, g.N, sched,
-      partials, counters);
+      grid, L::kThreads, L::kSmem, g.device, stream, g.pdl, map_x, map_w, map_d, static_cast<__nv_bfloat16 *>(g.d),
+      g.ldd, g.sx, g.sw, g.M, g.N, sched, partials, counters);
   return -static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
 
@@ -427,5 +459,9 @@ char const *const kNameCfg7 = "wgmma_128x192_persistent";
 size_t workspace_cfg8(GemmArgs const &g) { return workspace_wgmma<128, 3>(g); }
 int run_cfg8(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 3>(g, ws, stream); }
 char const *const kNameCfg8 = "wgmma_192x128_persistent";
+
+size_t workspace_cfg10(GemmArgs const &g) { return workspace_wgmma<144, 3>(g); }
+int run_cfg10(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<144, 3>(g, ws, stream); }
+char const *const kNameCfg10 = "wgmma_192x144_persistent";
 
 }  // namespace gemm_cuda

@@ -49,6 +49,8 @@ SHAPES = [
     (2048, 2048, 1024),
     (6144, 512, 7168),  # hand-written 192x128 kernel (three consumer warpgroups): one full wave
     (5800, 512, 4096),  # 192x128, last M tile of 40 rows: two of its three warpgroups have no rows
+    (6144, 576, 7168),  # hand-written 192x144 kernel: one wave of 128 tiles, N tiles straddling w_scale blocks
+    (5800, 556, 4096),  # 192x144, 40-row last M tile, N % 8 != 0, last N tile's direct-stored columns past N
     (1, 4096, 1024),  # decode kernel, one K slice
     (32, 4096, 4096),  # decode kernel, 32 rows, 2 K slices
     (64, 4096, 2048),  # decode kernel: 64 rows against 64 w tiles (up to a wave of them: run 91)
