@@ -1,7 +1,8 @@
-// A hand-written sm_90a FP8 block-scaled GEMM (configurations 6, 7, 8 and 10, see gemm_cuda_kernels.h), for
-// the tile shapes CUTLASS 4.2's blockwise collective cannot build: 128 x 192 output tiles (its builder
-// wants the N tile to equal the 128-wide B-scale block), 192 x 128 ones (three consumer warpgroups) and
-// 192 x 144 ones (three, for one full wave where 192 x 128 makes 1.2: 6144x576x7168, run 94), beside a
+// A hand-written sm_90a FP8 block-scaled GEMM (configurations 6, 7, 8, 10 and 11, see gemm_cuda_kernels.h),
+// for the tile shapes CUTLASS 4.2's blockwise collective cannot build: 128 x 192 output tiles (its builder
+// wants the N tile to equal the 128-wide B-scale block), 192 x 128 ones (three consumer warpgroups),
+// 192 x 144 ones (three, for one full wave where 192 x 128 makes 1.2: 6144x576x7168, run 94) and 128 x 96
+// ones (one full wave where 128 x 128 fills three quarters: 1024x1536x7168, run 95), beside a
 // plain 128 x 128 one (pick_tuning takes it for K <= 512 with a wave of tiles, runs 34-36, and with a split
 // tail where 3 K pieces per tile fill the SMs and 4 K slices would not, runs 45-48).
 //
@@ -16,13 +17,14 @@
 //                  and cuBLASLt's blockwise kernels), the scales read from shared memory, then the
 //                  stage goes back to the producer;
 //                  epilogue: bf16 into 128-byte-swizzled shared memory, TMA store (clipped at M, N),
-//                  the 16 columns past BN = 144's two 64-column boxes straight from registers;
+//                  the columns past the last whole 64-column box (16 of BN = 144, 32 of BN = 96)
+//                  straight from registers;
 //                  from K = 2048 on, issued while the next unit's first batch runs (overlap_store).
 // Split tail (GemmArgs::splits > 1): the tiles past the last full wave are cut into K pieces, one per CTA;
 // each piece's fp32 block goes to the workspace and the last piece to arrive sums them (split_fixup).
-// A 192- or 144-wide N tile straddles two 128-wide w_scale blocks; which columns take which scale depends
-// only on n0 % 128 (0 or 64 for BN = 192, a multiple of 16 for BN = 144), so the promotion is compiled for
-// each split and picked per tile (promote_cols).
+// A 192-, 144- or 96-wide N tile may straddle two 128-wide w_scale blocks; which columns take which scale
+// depends only on n0 % 128 (0 or 64 for BN = 192, a multiple of 16 for BN = 144, of 32 for BN = 96), so the
+// promotion is compiled for each split and picked per tile (promote_cols).
 //
 // The fragment layout of a wgmma m64nNk32 fp32 accumulator (PTX ISA, "Register fragments"): thread t of
 // the warpgroup holds, for j < N/8, d[4j + 2h + e] = D[16 (t/32) + (t%32)/4 + 8h][8j + 2 (t%4) + e].
@@ -51,8 +53,8 @@ constexpr int kOutChunk = 64 * 128;
 // An M tile of 64 rows per consumer warpgroup (each issues m64 wgmma), BN columns.
 template <int BN, int kConsumers>
 struct Layout {
-  static_assert(BN % 16 == 0 && BN >= 128 && BN <= 192,
-                "N tile: a multiple of 16 from 128 to 192 (the promotion handles at most two w_scale blocks)");
+  static_assert(BN % 16 == 0 && BN >= 64 && BN <= 192,
+                "N tile: a multiple of 16 from 64 to 192 (the promotion handles at most two w_scale blocks)");
   static_assert(kConsumers == 2 || (kConsumers == 3 && BN <= 144),
                 "3 consumer warpgroups get 160 registers each: room for 72 + 72 accumulators, not 96 + 96");
   static constexpr int kBlockM = 64 * kConsumers;
@@ -105,7 +107,8 @@ __device__ __forceinline__ void promote(float *out, float const *acc, float s00,
 // The same for a BN-wide tile whose first w_scale block covers its 8-column groups j < jb (jb = (128 -
 // n0 % 128) / 8: 16 for a tile that starts on a block boundary). Tiles start at multiples of BN, so n0 % 128
 // is a multiple of gcd(BN, 128): the promotion is compiled for each jb that allows (16 and 8 for BN = 192,
-// 16, 14, .., 2 for BN = 144, 16 alone for BN = 128) and picked per K block by a warp-uniform branch.
+// 16, 14, .., 2 for BN = 144, 16, 12, 8, 4 for BN = 96, 16 alone for BN = 128) and picked per K block by a
+// warp-uniform branch.
 template <int BN, bool kFirst, int JB = 16>
 __device__ __forceinline__ void promote_cols(int jb, float *out, float const *acc, float a0, float a1, float b0,
                                              float b1) {
@@ -157,7 +160,7 @@ __device__ __forceinline__ bool split_fixup(float *out, float *partials, unsigne
 
 // Epilogue: a consumer warpgroup's 64 x BN bf16 block `out` at (row, col) of the output (d, row stride ldd),
 // through its 128-byte-swizzled shared-memory boxes of 64 columns at out_base, then TMA stores (clipped at
-// M, N). Columns past the last whole box (16 of BN = 144) go straight to global memory: 4 lanes write a
+// M, N). Columns past the last whole box (16 of BN = 144, 32 of 96) go straight to global memory: 4 lanes write a
 // row's 16 contiguous bytes of each 8-column group, clipped at M and N (N % 8 == 0).
 template <int BN>
 __device__ __forceinline__ void store_block(float const *out, uint32_t out_base, CUtensorMap const *map_d,
@@ -463,5 +466,9 @@ char const *const kNameCfg8 = "wgmma_192x128_persistent";
 size_t workspace_cfg10(GemmArgs const &g) { return workspace_wgmma<144, 3>(g); }
 int run_cfg10(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<144, 3>(g, ws, stream); }
 char const *const kNameCfg10 = "wgmma_192x144_persistent";
+
+size_t workspace_cfg11(GemmArgs const &g) { return workspace_wgmma<96, 2>(g); }
+int run_cfg11(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<96, 2>(g, ws, stream); }
+char const *const kNameCfg11 = "wgmma_128x96_persistent";
 
 }  // namespace gemm_cuda
