@@ -4,8 +4,8 @@
 //
 // Natural layout (x (M,K), w (N,K), both K-contiguous) goes straight to a warp-specialized TMA + wgmma
 // kernel with blockwise scale promotion in the mainloop, picked per shape: CUTLASS's sm90 collective
-// (gemm_cuda_cfg*.cu), the hand-written persistent kernel (gemm_cuda_wgmma.cu: 128x128, 128x192, 192x128,
-// 192x144 and 128x96 tiles, optionally a split tail) or, for M <= 64, the decode kernel (gemm_cuda_decode.cu). The seed layout
+// (gemm_cuda_cfg*.cu), the hand-written persistent kernel (gemm_cuda_wgmma.cu: 128x128, 128x192, 192x128
+// and 192x144 tiles, optionally a split tail) or, for M <= 64, the decode kernel (gemm_cuda_decode.cu). The seed layout
 // (a (K,M), b (K,N): M/N-contiguous) cannot feed FP8 wgmma directly (FP8 wgmma reads only K-major
 // shared-memory operands), so one fused launch (gemm_cuda_prep.cu) transposes a, b and both scale
 // tensors into K-major scratch, then the natural path runs, its GEMM launched as the preparation's
@@ -41,8 +41,6 @@ constexpr int kTall192Config = 8;
 constexpr int kDecodeConfig = 9;
 // The hand-written kernel with 192x144 tiles (three consumer warpgroups, like 192x128).
 constexpr int kTall144Config = 10;
-// The hand-written kernel with 128x96 tiles.
-constexpr int kNarrow96Config = 11;
 
 ConfigEntry const kConfigs[] = {
     {kNameCfg0, &workspace_cfg0, &run_cfg0}, {kNameCfg1, &workspace_cfg1, &run_cfg1},
@@ -50,7 +48,7 @@ ConfigEntry const kConfigs[] = {
     {kNameCfg4, &workspace_cfg4, &run_cfg4}, {kNameCfg5, &workspace_cfg5, &run_cfg5},
     {kNameCfg6, &workspace_cfg6, &run_cfg6}, {kNameCfg7, &workspace_cfg7, &run_cfg7},
     {kNameCfg8, &workspace_cfg8, &run_cfg8}, {kNameCfg9, &workspace_cfg9, &run_cfg9},
-    {kNameCfg10, &workspace_cfg10, &run_cfg10}, {kNameCfg11, &workspace_cfg11, &run_cfg11},
+    {kNameCfg10, &workspace_cfg10, &run_cfg10},
 };
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
 
@@ -321,16 +319,6 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   if (K >= 4096 && tiles_tall144 <= kSms && 10 * tiles_tall144 >= 9 * kSms) {
     t.cfg = kTall144Config;
     t.raster = 2;
-    return t;
-  }
-  // Deep K, 128x128 tiles under a wave, 128x96 ones one wave at least 90 % full (1024x1536x7168: 96 tiles
-  // of 128x128, 128 of 128x96): those. Measured (run 95, tests/cuda/config_sweep.py, 4 rounds, us):
-  // 1024x1536x7168 26.6 / 26.8 (store overlapped) vs 27.1 for CUTLASS's 128x128 (the rules below), torch
-  // 27.2. Small tiles lose wherever they make several waves (run 95: 1024x7168x2048 39.3 vs 34.6,
-  // 6144x7168x2048 216 vs 169; 128x112 tiles no better).
-  int64_t const tiles96 = tile_count(128, 96);
-  if (K >= 4096 && tiles < kSms && tiles96 <= kSms && 10 * tiles96 >= 9 * kSms) {
-    t.cfg = kNarrow96Config;
     return t;
   }
   double const waves = static_cast<double>(tiles) / kSms;

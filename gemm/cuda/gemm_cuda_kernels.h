@@ -26,7 +26,7 @@ struct GemmArgs {
   int sm_count;
   // Tile-scheduler knobs: raster 0 = CUTLASS heuristic, 1 = along M, 2 = along N; swizzle = max CTA
   // swizzle (1, 2, 4, 8); splits > 1 forces split-K in CUTLASS's stream-K configuration (1 = its
-  // heuristic) and, in the hand-written wgmma ones (6-8, 10, 11), cuts each tile past the last full wave of CTAs
+  // heuristic) and, in the hand-written wgmma ones (6-8, 10), cuts each tile past the last full wave of CTAs
   // into up to `splits` K pieces summed in the kernel (a split tail; scratch from their workspace).
   int raster = 0;
   int swizzle = 1;
@@ -34,7 +34,7 @@ struct GemmArgs {
   // K cut into this many slices, each writing fp32 partials (K/128 divisible by it; the K-sliced and the
   // decode configurations only): more CTAs for shapes with few output tiles.
   int kslices = 1;
-  // The hand-written wgmma configurations (6-8, 10, 11): each tile's bf16 store is issued while the CTA's next
+  // The hand-written wgmma configurations (6-8, 10): each tile's bf16 store is issued while the CTA's next
   // unit's first wgmma batch runs, instead of before that batch, so that the tensor cores do not wait for
   // the epilogue; pick_tuning turns it on where that measured faster (deep K).
   bool overlap_store = false;
@@ -99,7 +99,6 @@ GEMM_CUDA_DECLARE_CONFIG(7)
 GEMM_CUDA_DECLARE_CONFIG(8)
 GEMM_CUDA_DECLARE_CONFIG(9)  // decode-like shapes, M <= 64 (gemm_cuda_decode.cu)
 GEMM_CUDA_DECLARE_CONFIG(10)  // the hand-written kernel's 192x144 tiles (gemm_cuda_wgmma.cu)
-GEMM_CUDA_DECLARE_CONFIG(11)  // and its 128x96 tiles
 
 #undef GEMM_CUDA_DECLARE_CONFIG
 

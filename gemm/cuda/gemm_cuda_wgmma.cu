@@ -1,8 +1,7 @@
-// A hand-written sm_90a FP8 block-scaled GEMM (configurations 6, 7, 8, 10 and 11, see gemm_cuda_kernels.h),
-// for the tile shapes CUTLASS 4.2's blockwise collective cannot build: 128 x 192 output tiles (its builder
-// wants the N tile to equal the 128-wide B-scale block), 192 x 128 ones (three consumer warpgroups),
-// 192 x 144 ones (three, for one full wave where 192 x 128 makes 1.2: 6144x576x7168, run 94) and 128 x 96
-// ones (one full wave where 128 x 128 fills three quarters: 1024x1536x7168, run 95), beside a
+// A hand-written sm_90a FP8 block-scaled GEMM (configurations 6, 7, 8 and 10, see gemm_cuda_kernels.h), for
+// the tile shapes CUTLASS 4.2's blockwise collective cannot build: 128 x 192 output tiles (its builder
+// wants the N tile to equal the 128-wide B-scale block), 192 x 128 ones (three consumer warpgroups) and
+// 192 x 144 ones (three, for one full wave where 192 x 128 makes 1.2: 6144x576x7168, run 94), beside a
 // plain 128 x 128 one (pick_tuning takes it for K <= 512 with a wave of tiles, runs 34-36, and with a split
 // tail where 3 K pieces per tile fill the SMs and 4 K slices would not, runs 45-48).
 //
@@ -17,14 +16,14 @@
 //                  and cuBLASLt's blockwise kernels), the scales read from shared memory, then the
 //                  stage goes back to the producer;
 //                  epilogue: bf16 into 128-byte-swizzled shared memory, TMA store (clipped at M, N),
-//                  the columns past the last whole 64-column box (16 of BN = 144, 32 of BN = 96)
-//                  straight from registers;
+//                  the columns past the last whole 64-column box (16 of BN = 144) straight from
+//                  registers;
 //                  from K = 2048 on, issued while the next unit's first batch runs (overlap_store).
 // Split tail (GemmArgs::splits > 1): the tiles past the last full wave are cut into K pieces, one per CTA;
 // each piece's fp32 block goes to the workspace and the last piece to arrive sums them (split_fixup).
-// A 192-, 144- or 96-wide N tile may straddle two 128-wide w_scale blocks; which columns take which scale
-// depends only on n0 % 128 (0 or 64 for BN = 192, a multiple of 16 for BN = 144, of 32 for BN = 96), so the
-// promotion is compiled for each split and picked per tile (promote_cols).
+// A 192- or 144-wide N tile straddles two 128-wide w_scale blocks; which columns take which scale depends
+// only on n0 % 128 (0 or 64 for BN = 192, a multiple of 16 for BN = 144), so the promotion is compiled for
+// each split and picked per tile (promote_cols).
 //
 // The fragment layout of a wgmma m64nNk32 fp32 accumulator (PTX ISA, "Register fragments"): thread t of
 // the warpgroup holds, for j < N/8, d[4j + 2h + e] = D[16 (t/32) + (t%32)/4 + 8h][8j + 2 (t%4) + e].
@@ -104,22 +103,38 @@ __device__ __forceinline__ void promote(float *out, float const *acc, float s00,
   }
 }
 
-// The same for a BN-wide tile whose first w_scale block covers its 8-column groups j < jb (jb = (128 -
-// n0 % 128) / 8: 16 for a tile that starts on a block boundary). Tiles start at multiples of BN, so n0 % 128
-// is a multiple of gcd(BN, 128): the promotion is compiled for each jb that allows (16 and 8 for BN = 192,
-// 16, 14, .., 2 for BN = 144, 16, 12, 8, 4 for BN = 96, 16 alone for BN = 128) and picked per K block by a
-// warp-uniform branch.
-template <int BN, bool kFirst, int JB = 16>
-__device__ __forceinline__ void promote_cols(int jb, float *out, float const *acc, float a0, float a1, float b0,
-                                             float b1) {
+// The same for a BN-wide tile starting at column n0 whose first w_scale block covers its 8-column groups
+// j < jb = 16 - offset / 8 (offset = n0 % 128). Tiles start at multiples of BN, so offset is a multiple of
+// gcd(BN, 128): the promotion is compiled for each jb that allows (16 and 8 for BN = 192, 16, 14, .., 2 for
+// BN = 144, 16 alone for BN = 128) and picked per K block by warp-uniform branches.
+template <int BN, bool kFirst, int JB>
+__device__ __forceinline__ void promote_offset(int offset, float *out, float const *acc, float a0, float a1,
+                                               float b0, float b1) {
   constexpr int kStep = std::gcd(BN, 128) / 8;
   if constexpr (JB > kStep) {
-    if (jb != JB) {
-      promote_cols<BN, kFirst, JB - kStep>(jb, out, acc, a0, a1, b0, b1);
+    if (offset != 8 * (16 - JB)) {
+      promote_offset<BN, kFirst, JB - kStep>(offset, out, acc, a0, a1, b0, b1);
       return;
     }
   }
   promote<BN / 8, JB, kFirst>(out, acc, a0 * b0, a0 * b1, a1 * b0, a1 * b1);
+}
+
+// The promotion of a tile with that offset; `unaligned` = offset != 0, computed once per tile. Two splits
+// (BN = 192) take one if / else on it: the code runs 96-98 measured for 128x192 tiles, which the offset chain
+// compiled differently (1.5-3 % slower).
+template <int BN, bool kFirst>
+__device__ __forceinline__ void promote_cols(bool unaligned, int offset, float *out, float const *acc, float a0,
+                                             float a1, float b0, float b1) {
+  if constexpr (std::gcd(BN, 128) == 64) {
+    if (unaligned) {
+      promote<BN / 8, 8, kFirst>(out, acc, a0 * b0, a0 * b1, a1 * b0, a1 * b1);
+    } else {
+      promote<BN / 8, 16, kFirst>(out, acc, a0 * b0, a0 * b1, a1 * b0, a1 * b1);
+    }
+  } else {
+    promote_offset<BN, kFirst, 16>(offset, out, acc, a0, a1, b0, b1);
+  }
 }
 
 // A piece of a split tile: this warpgroup's fp32 block `out` (NR registers per thread) goes to its slot
@@ -160,29 +175,17 @@ __device__ __forceinline__ bool split_fixup(float *out, float *partials, unsigne
 
 // Epilogue: a consumer warpgroup's 64 x BN bf16 block `out` at (row, col) of the output (d, row stride ldd),
 // through its 128-byte-swizzled shared-memory boxes of 64 columns at out_base, then TMA stores (clipped at
-// M, N). Columns past the last whole box (16 of BN = 144, 32 of 96) go straight to global memory: 4 lanes write a
+// M, N). Columns past the last whole box (16 of BN = 144) go straight to global memory: 4 lanes write a
 // row's 16 contiguous bytes of each 8-column group, clipped at M and N (N % 8 == 0).
 template <int BN>
 __device__ __forceinline__ void store_block(float const *out, uint32_t out_base, CUtensorMap const *map_d,
                                             __nv_bfloat16 *d, int64_t ldd, int row, int col, int M, int N,
                                             int barrier, int t128) {
   constexpr int kBoxed = BN / 64 * 8;  // 8-column groups stored through shared memory
-  int const lane = t128 % 32;
-  int const r = 16 * (t128 / 32) + lane / 4;  // row within the block (and r + 8)
-#pragma unroll
-  for (int j = kBoxed; j < BN / 8; ++j) {
-    int const cc = col + 8 * j + 2 * (lane % 4);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      int const rr = row + r + 8 * h;
-      if (rr < M && cc < N) {
-        *reinterpret_cast<__nv_bfloat162 *>(d + rr * ldd + cc) =
-            __floats2bfloat162_rn(out[4 * j + 2 * h], out[4 * j + 2 * h + 1]);
-      }
-    }
-  }
   if (t128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // last block's store read
   named_sync(barrier);
+  int const lane = t128 % 32;
+  int const r = 16 * (t128 / 32) + lane / 4;  // row within the block (and r + 8)
 #pragma unroll
   for (int j = 0; j < kBoxed; ++j) {
     uint32_t const chunk = out_base + (j / 8) * kOutChunk;
@@ -202,6 +205,20 @@ __device__ __forceinline__ void store_block(float const *out, uint32_t out_base,
       if (col + 64 * c < N) tma_store(map_d, out_base + c * kOutChunk, col + 64 * c, row);
     }
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+  }
+  if constexpr (kBoxed < BN / 8) {  // the columns past the boxes, straight from registers
+#pragma unroll
+    for (int j = kBoxed; j < BN / 8; ++j) {
+      int const cc = col + 8 * j + 2 * (lane % 4);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        int const rr = row + r + 8 * h;
+        if (rr < M && cc < N) {
+          *reinterpret_cast<__nv_bfloat162 *>(d + rr * ldd + cc) =
+              __floats2bfloat162_rn(out[4 * j + 2 * h], out[4 * j + 2 * h + 1]);
+        }
+      }
+    }
   }
 }
 #endif  // GEMM_WGMMA_DEVICE
@@ -257,6 +274,11 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   uint32_t const base = (smem_addr(smem_raw) + 1023) & ~1023u;
   uint32_t const full_bar = base + L::kOffBar;  // kStages barriers: the stage's operands and scales landed
   uint32_t const empty_bar = full_bar + 8 * L::kStages;  // kStages barriers: every consumer thread is done
+  // The unit count, kept in a register across the loops; where the consumers' accumulators take nearly all
+  // of their registers (192x144 tiles: 144 of 160), re-read from the parameters instead (ptxas spilled it).
+  constexpr bool kRecount = BN + 16 >= L::kConsumerRegs;
+  int const units_kept = sched.units();
+  auto const units = [&] { return kRecount ? sched.units() : units_kept; };
   int const kblocks = sched.kblocks;
   int const nblocks = (N + 127) / 128;  // w_scale rows
 
@@ -278,7 +300,7 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
         cute::prefetch_tma_descriptor(&map_w);
       }
       uint32_t it = 0;
-      for (int u = blockIdx.x; u < sched.units(); u += gridDim.x) {
+      for (int u = blockIdx.x; u < units(); u += gridDim.x) {
         int t, kb0, kb1, piece, tm, tn;
         sched.unit(u, t, kb0, kb1, piece);
         sched.tile(t, tm, tn);
@@ -322,12 +344,14 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   // unit's first wgmma batch runs, so that the tensor cores do not wait for the epilogue.
   bool pending = false;
   int store_row = 0, store_col = 0;
-  for (int u = blockIdx.x; u < sched.units(); u += gridDim.x) {
+  for (int u = blockIdx.x; u < units(); u += gridDim.x) {
     int t, kb0, kb1, piece, tm, tn;
     sched.unit(u, t, kb0, kb1, piece);
     sched.tile(t, tm, tn);
     int const m0 = tm * kBlockM, n0 = tn * BN;
-    int const jb = (128 - n0 % 128) / 8;  // 8-column groups in the tile's first w_scale block (promote_cols)
+    // Which columns take the tile's first w_scale block (promote_cols).
+    int const offset = n0 % 128;
+    bool const unaligned = offset != 0;
 
     // One K block of the unit; the first (kFirst) starts `out` (promoted onto zeros) and has the previous
     // tile's store (GemmArgs::overlap_store) run beside its batch. Between one batch's promotion and the
@@ -352,7 +376,7 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
       fence_all<BN>(acc);
       bar_arrive(empty_bar + 8 * s);  // this thread is done with the stage's operands and scales
       bool const probed = bar_test(full_bar + 8 * ns, nparity);
-      promote_cols<BN, decltype(first)::value>(jb, out, acc, a0, a1, b.x, b.y);
+      promote_cols<BN, decltype(first)::value>(unaligned, offset, out, acc, a0, a1, b.x, b.y);
       // The next tile's first stage is waited for at that tile's start.
       if (kb + 1 != kb1 && !probed) bar_wait(full_bar + 8 * ns, nparity);
       s = ns;
@@ -466,9 +490,5 @@ char const *const kNameCfg8 = "wgmma_192x128_persistent";
 size_t workspace_cfg10(GemmArgs const &g) { return workspace_wgmma<144, 3>(g); }
 int run_cfg10(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<144, 3>(g, ws, stream); }
 char const *const kNameCfg10 = "wgmma_192x144_persistent";
-
-size_t workspace_cfg11(GemmArgs const &g) { return workspace_wgmma<96, 2>(g); }
-int run_cfg11(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<96, 2>(g, ws, stream); }
-char const *const kNameCfg11 = "wgmma_128x96_persistent";
 
 }  // namespace gemm_cuda

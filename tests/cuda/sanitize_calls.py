@@ -27,7 +27,6 @@ from benchmarks.problem import parse_shapes  # noqa: E402  (device_check put the
 # hand-written 128x192 wgmma kernel with partial tiles; (5800, 512, 4096): its 192x128 form (three
 # consumer warpgroups), whose last M tile leaves two of them without rows; (5800, 556, 4096): its 192x144
 # form, the same 40-row last M tile, N % 8 != 0 and the last N tile's 16 directly stored columns past N;
-# (1000, 1500, 4096): its 128x96 form (32 columns per tile stored directly), partial M and N tiles;
 # (1000, 2056, 384): its 128x128
 # form with partial M and N tiles; (64, 576, 256), (3, 520, 7168) and (1, 4096, 4096): the decode kernel
 # (M <= 64), in one K slice, in 14, and in 2 slices of 16 K blocks (past its 8-stage ring); (256, 2304,
@@ -39,7 +38,6 @@ SHAPES = [
     (1000, 2999, 512),
     (5800, 512, 4096),
     (5800, 556, 4096),
-    (1000, 1500, 4096),
     (1000, 2056, 384),
     (3, 520, 7168),
     (1, 4096, 4096),
