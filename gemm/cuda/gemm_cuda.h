@@ -16,7 +16,7 @@ struct Tuning {
   int swizzle = 1;
   int splits = 1;
   int kslices = 1;  // K slices of the K-sliced and the decode configurations (ignored by the others)
-  // The hand-written configurations (6-8) store a tile beside the next one's first batch (GemmArgs).
+  // The hand-written configurations (6-8, 10) store a tile beside the next one's first batch (GemmArgs).
   bool overlap_store = false;
   // Seed layout: the GEMM launches as a programmatic dependent of the preparation (GemmArgs::pdl); false
   // only to measure what that saves (tests/cuda/config_sweep.py variant `spicknopdl`).
