@@ -155,4 +155,9 @@ PY
   [ "$mode" = bench ] || sanitize
 fi
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv >> "$OUT/gpu.txt" 2>&1
+# The device tool brings back at most 8 files (run 100 lost its results JSON and plot so): past that, the
+# logs go into one logs.tar, the benchmark's results (h200/) stay as they are.
+if [ "$(find "$OUT" -type f | wc -l)" -gt 8 ]; then
+  (cd "$OUT" && find . -type f ! -path './h200/*' ! -name logs.tar -print0 | tar --null -cf logs.tar -T - --remove-files)
+fi
 exit $rc
