@@ -29,10 +29,11 @@ export TORCH_CUDA_ARCH_LIST=9.0a MAX_JOBS=16 PYTHONUNBUFFERED=1
 [ -x /usr/bin/g++ ] && export CXX=/usr/bin/g++
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
 rc=0
-# compute-sanitizer on the built variant: shapes 1, 7 and 8 take the decode kernel (one K slice, 14, and
-# 2 slices of 16 K blocks, round its stage ring twice), shape 2 the K-sliced path, shapes 3-6 the
-# hand-written kernel (128x192, 192x128, 192x144 and 128x128 tiles), shape 9 its 128x128 form with a split
-# tail, shape 10 (memcheck only) its 128x192 form with a split tail and the overlapped store.
+# compute-sanitizer on the built variant: shapes 1, 6 and 7 take the decode kernel (one K slice, 14, and
+# 2 slices of 16 K blocks, round its stage ring twice), shape 2 the K-sliced path, shapes 3-5 the
+# hand-written kernel (128x192, 192x128 and 128x128 tiles), shape 8 its 128x128 form with a split tail,
+# shape 9 its 192x144 form, shape 10 (memcheck only) its 128x192 form with a split tail and the overlapped
+# store. (The split mode's default specs below take the first 5 and 7: the shapes before the 192x144 one.)
 # run_sanitizer TIMEOUT TOOL LOG ARGS...: tests/cuda/sanitize_calls.py ARGS under compute-sanitizer; an
 # error or a wrong result fails the call (rc=1).
 run_sanitizer() {

@@ -312,11 +312,14 @@ Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   }
   // Deep K where 192x128 tiles make more than a wave but 192x144 ones make one wave at least 90 % full
   // (6144x576x7168: 160 tiles of 192x128, 1.21 waves; 128 of 192x144): those, the tiles 12 % larger.
+  // Only where M and N fill the 192x144 tiles to at least 90 % each, as on the shapes measured (a 128-row
+  // M would leave a third of every tile's rows on padding).
   // Measured (run 94, tests/cuda/config_sweep.py, 4 rounds, us): 6144x576x7168 45.1 vs 51.4 for the
   // rules below (CUTLASS's 128x128, 1.82 waves), 69.6 for 192x128, torch 48.4; 5800x556x4096 43.1 vs 49.0.
   // (Where they make many waves they lost to 128x192: 6144x4608x7168 372.5 vs 362.4, 8192^3 1010 vs 946.)
   int64_t const tiles_tall144 = tile_count(192, 144);
-  if (K >= 4096 && tiles_tall144 <= kSms && 10 * tiles_tall144 >= 9 * kSms) {
+  auto const fills = [](int64_t extent, int64_t tile) { return 10 * extent >= 9 * ((extent + tile - 1) / tile * tile); };
+  if (K >= 4096 && tiles_tall144 <= kSms && 10 * tiles_tall144 >= 9 * kSms && fills(M, 192) && fills(N, 144)) {
     t.cfg = kTall144Config;
     t.raster = 2;
     return t;

@@ -52,8 +52,11 @@ constexpr int kOutChunk = 64 * 128;
 // An M tile of 64 rows per consumer warpgroup (each issues m64 wgmma), BN columns.
 template <int BN, int kConsumers>
 struct Layout {
-  static_assert(BN % 16 == 0 && BN >= 64 && BN <= 192,
-                "N tile: a multiple of 16 from 64 to 192 (the promotion handles at most two w_scale blocks)");
+  static_assert(BN % 16 == 0 && BN >= 64 && BN <= 192, "N tile: a multiple of 16 from 64 to 192");
+  // Tiles start at multiples of BN, so at an offset into a w_scale block up to 128 - gcd(BN, 128): the
+  // promotion and the producer's two w_scale copies handle a tile that touches at most two blocks (BN = 176
+  // would touch three at offset 112).
+  static_assert(128 - std::gcd(BN, 128) + BN <= 256, "N tile: every tile must lie within two w_scale blocks");
   static_assert(kConsumers == 2 || (kConsumers == 3 && BN <= 144),
                 "3 consumer warpgroups get 160 registers each: room for 72 + 72 accumulators, not 96 + 96");
   static constexpr int kBlockM = 64 * kConsumers;
