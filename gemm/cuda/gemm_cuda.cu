@@ -1,6 +1,7 @@
 // Hopper (sm_90a) backend of gemm: FP8 (e4m3fn) GEMM with DeepSeek-style block scaling
 // (1x128 scales for A, 128x128 for B), bf16 output. This file is the torch-facing part: the op's two
-// entry points, argument plumbing, scratch from torch's caching allocator, configuration choice.
+// entry points, argument plumbing, scratch from torch's caching allocator, the configuration table (the
+// per-shape choice among its entries, pick_tuning, is in gemm_cuda_pick.h).
 //
 // Natural layout (x (M,K), w (N,K), both K-contiguous) goes straight to a warp-specialized TMA + wgmma
 // kernel with blockwise scale promotion in the mainloop, picked per shape: CUTLASS's sm90 collective
@@ -28,20 +29,6 @@
 namespace gemm_cuda {
 namespace {
 
-constexpr int64_t kBlock = 128;
-// The configuration that writes fp32 partials per K slice (gemm_cuda_cfg5.cu); the others write bf16,
-// except the decode configuration in more than one K slice (the hand-written kernels' split tails keep
-// their fp32 pieces in their own workspace and write bf16).
-constexpr int kKSliceConfig = 5;
-// The hand-written wgmma kernel with 128x128 tiles, 128x192 ones and 192x128 ones (gemm_cuda_wgmma.cu).
-constexpr int kSquare128Config = 6;
-constexpr int kWide192Config = 7;
-constexpr int kTall192Config = 8;
-// M <= 64: w streamed through 64-row tiles with the operands swapped, in K slices (gemm_cuda_decode.cu).
-constexpr int kDecodeConfig = 9;
-// The hand-written kernel with 192x144 tiles (three consumer warpgroups, like 192x128).
-constexpr int kTall144Config = 10;
-
 ConfigEntry const kConfigs[] = {
     {kNameCfg0, &workspace_cfg0, &run_cfg0}, {kNameCfg1, &workspace_cfg1, &run_cfg1},
     {kNameCfg2, &workspace_cfg2, &run_cfg2}, {kNameCfg3, &workspace_cfg3, &run_cfg3},
@@ -51,6 +38,7 @@ ConfigEntry const kConfigs[] = {
     {kNameCfg10, &workspace_cfg10, &run_cfg10},
 };
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
+static_assert(kNumConfigs == kConfigCount, "gemm_cuda_pick.h names every configuration of kConfigs");
 
 int sm_count(int device) {
   static std::mutex mu;
@@ -156,191 +144,6 @@ int num_configs() { return kNumConfigs; }
 char const *config_name(int cfg) {
   TORCH_CHECK(cfg >= 0 && cfg < kNumConfigs, "no configuration ", cfg);
   return kConfigs[cfg].name;
-}
-
-// How many waves `tiles` equal tiles make on `sms` SMs, the last one maybe partial.
-static int64_t wave_count(int64_t tiles, int64_t sms) { return (tiles + sms - 1) / sms; }
-
-// Average occupancy of those waves (1.0: the last wave is full).
-static double wave_fill(int64_t tiles, int64_t sms) {
-  int64_t const waves = wave_count(tiles, sms);
-  return waves == 0 ? 0.0 : static_cast<double>(tiles) / static_cast<double>(waves * sms);
-}
-
-// The most K slices (dividing the kblocks K blocks) that keep tiles x slices CTAs within `sms` and at
-// least 4 K blocks in each slice; 1 when no cut does.
-static int max_kslices(int64_t tiles, int64_t kblocks, int64_t sms) {
-  int slices = 1;
-  for (int64_t s = 2; s * tiles <= sms && kblocks / s >= 4; ++s) {
-    if (kblocks % s == 0) slices = static_cast<int>(s);
-  }
-  return slices;
-}
-
-// Measured on one H200 (NOTES.md, run 2): every configuration and scheduler variant on the 18 challenge
-// shapes and 8192^3; these rules reproduce the per-shape winners (or a variant within ~3% of it).
-Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
-  constexpr int64_t kSms = 132;  // H100/H200 SXM; only the choice depends on it, not correctness
-  auto const tile_count = [M, N](int64_t bm, int64_t bn) { return ((M + bm - 1) / bm) * ((N + bn - 1) / bn); };
-  int64_t const tiles = tile_count(128, 128);
-  int64_t const kblocks = K / kBlock;
-  Tuning t;
-  // The hand-written kernels' store beside the next tile's first batch, from K = 2048 (16 K blocks per
-  // tile). Measured in one build each (tests/cuda/config_sweep.py, us, overlapped vs stored first; runs 71
-  // and 72): 6144x7168x2048 162.0 / 175.7 vs 175.8 / 178.6, 6144x7168x2304 191.9 / 191.9 vs 195.5 / 196.5,
-  // 6144x1536x7168 115.2 / 124.7 vs 130.1 / 127.2, 8192^3 964.5 vs 977.4, 6144x4608x7168 360.9 / 361.6 vs
-  // 368.3 / 360.6. It lost at K <= 1536 (run 71: 6144x7168x256 33.2 vs 31.8, 6144x4096x512 31.2 vs 29.5,
-  // 6144x3072x1536 56.5 vs 54.6), where a tile's few K blocks do not hide the epilogue's shared-memory traffic.
-  t.overlap_store = K >= 2048;
-  // Decode-like (M <= 64): the decode kernel (w's rows on wgmma's M, gemm_cuda_decode.cu); at K >= 4096 with
-  // K cut into the most slices that keep one CTA per SM and >= 4 K blocks per slice. Measured (run 43,
-  // tests/cuda/config_sweep.py, us; before -> after): 1x4608x7168 23.0 -> 18.8 (one slice), 3x520x7168
-  // 12.8 -> 10.2 (14), 64x512x7168 14.8 -> 12.0 (14), 1x1536x7168 16.3 -> 13.3 (4), 8x4096x512 8.3 -> 6.5,
-  // 64x64x128 10.3 -> 6.1; slicing lost at K < 4096 (64x3072x1536 10.1 in one slice, 11.9 in two) and
-  // where the tiles alone fill half the SMs. From 33 rows on, once w has more than a wave of 64-row
-  // tiles, the rules below (CUTLASS's 64-row tiles) are as fast or faster: run 91 (us, those / decode in
-  // one slice) 64x18432x7168 58.0 / 58.3, 64x24576x1536 20.5 / 22.1; up to a wave the decode kernel is
-  // ahead since its scales come through shared memory (run 88): 64x4608x7168 22.8 / 22.7, 48x4608x7168
-  // 22.8 / 22.4, 64x4096x7168 22.3 / 21.8, 64x7168x2304 12.9 / 12.4, 40x7168x2304 12.8 / 12.4,
-  // 48x7168x2048 12.1 / 11.6 (run 43, before it: 64x4608x7168 23.1 vs 23.8, 64x7168x2304 13.1 vs 13.8).
-  int64_t const tiles64 = (N + 63) / 64;
-  if (M <= 64 && !(M > 32 && tiles64 > kSms)) {
-    t.cfg = kDecodeConfig;
-    t.kslices = K >= 4096 ? max_kslices(tiles64, kblocks, kSms) : 1;
-    return t;
-  }
-  // Short K over at least four waves: the hand-written 192x128 kernel (three consumer warpgroups, whose
-  // epilogue is split three ways). Measured (runs 34 and 35, tests/cuda/config_sweep.py, us): 6144x4096x512
-  // 31.6 / 31.9 vs 33.2 / 33.3 for 128x192, 6144x7168x256 34.0 / 34.7 vs 36.2 / 36.2, 6144x7168x2304
-  // 200.4 / 205.5 vs 204.7 / 206.4, 6144x3072x1536 55.1 / 58.9 vs 59.2 / 61.4 for CUTLASS's 128x128.
-  // But from K = 1536 on, since the 128x192 kernel took its scales through shared memory (runs 50-52)
-  // and, from K = 2048, its store beside the next tile's first batch (runs 70-72), that kernel instead
-  // (over four waves of either, the last wave's fill matters little). Measured (tests/cuda/config_sweep.py,
-  // 5 rounds, us, 192x128 / 128x192), run 85: 6144x7168x2304 199.1 / 194.3, 6144x7168x2048 179.0 / 177.2,
-  // 4096x7168x2304 138.8 / 133.9, 8192x7168x2048 238.7 / 232.8, 6144x4096x2304 112.7 / 111.2,
-  // 3072x7168x2304 99.4 / 96.0, 6144x3072x2048 74.1 / 73.0; run 87 (store first at K = 1536, as
-  // t.overlap_store says): 6144x3072x1536 56.2 / 54.4, 4096x3072x1536 38.6 / 37.0, 8192x4096x1536 104.3 /
-  // 102.5; run 86: 6144x7168x1536 132.8 / 133.0. At K <= 512 the 192x128 kernel stays ahead (run 86:
-  // 6144x4096x512 29.4 / 31.7, 6144x7168x256 32.4 / 33.5).
-  int64_t const tiles_tall = tile_count(192, 128);
-  if (K <= 2304 && tiles_tall >= 4 * kSms) {
-    t.cfg = K >= 1536 ? kWide192Config : kTall192Config;
-    return t;
-  }
-  // The hand-written 128x192 kernel (gemm_cuda_wgmma.cu) when its tiles fill at least one wave and its
-  // waves are fuller than 128x128's: measured (run 13, tests/cuda/config_sweep.py) 8192^3 1031 us vs
-  // 1158, 6144x7168x256 36.6 vs 42.8, 6144x4096x512 34.1 vs 37.4, 1024x3072x1536 15.3 vs 17.6; within
-  // ~3% of the CUTLASS pick on the other large shapes it takes; slower where its waves are emptier. (The
-  // short-K shapes of that list now take the 192x128 rule above.) At K >= 4096 from three quarters of a
-  // wave on (run 79, us, against stream-K or the 192x128 kernel, which took them before): 1024x2432x7168
-  // (104 tiles) 36.5 vs 39.4, 1024x2560x7168 (112) 37.0 vs 39.5, 768x3584x7168 (114) 38.2 vs 42.6.
-  int64_t const tiles192 = tile_count(128, 192);
-  bool const fills_wave = K >= 4096 ? 4 * tiles192 >= 3 * kSms : 10 * tiles192 >= 9 * kSms;
-  if (wave_fill(tiles192, kSms) > wave_fill(tiles, kSms) + 0.01 && fills_wave) {
-    t.cfg = kWide192Config;
-    return t;
-  }
-  if (K <= 512) {
-    // Three or more waves of 128x128 tiles, fewer of 192x128 ones whose last wave is no emptier: the
-    // 192x128 kernel (three consumer warpgroups, its epilogue split three ways), as for four waves above.
-    // Measured (tests/cuda/config_sweep.py, us, runs 34, 35, 37, 48, 51, 67): 1024x7168x256 12.7-13.3 vs
-    // 13.0-14.3 on 128x128 tiles in all six (3 waves vs 4, both 85 % full). 1024x4096x512 (two waves of
-    // either, the 192x128 ones 73 % full) stays on 128x128: 13.2 vs 11.8 (run 67).
-    if (wave_count(tiles, kSms) >= 3 && wave_count(tiles_tall, kSms) < wave_count(tiles, kSms) &&
-        wave_fill(tiles_tall, kSms) + 0.01 >= wave_fill(tiles, kSms)) {
-      t.cfg = kTall192Config;
-      return t;
-    }
-    // At least a wave of 128x128 tiles: the hand-written 128x128 kernel. Measured (runs 34 and 35):
-    // 1024x4096x512 11.7 / 11.5 us vs 12.6 / 12.5 for CUTLASS's ping-pong.
-    if (tiles >= kSms) {
-      t.cfg = kSquare128Config;
-      return t;
-    }
-    // Fewer: output-bound, and ping-pong overlaps one tile's epilogue with the next one's mainloop.
-    t.cfg = 2;
-    t.raster = 2;
-    t.swizzle = 4;
-    return t;
-  }
-  // Deep K, between a quarter and a half of the SMs busy with 128x128 tiles: cut K into 4 (or 2) slices
-  // run side by side (fp32 partials, then one summing pass). Measured (run 8, tests/cuda/kslice_sweep.py):
-  // 1024x512x7168 18.2 us with 4 slices vs 22.0 with 64-row tiles; 1024x576x7168 21.6 (2) vs 22.2.
-  // It loses wherever the tiles already fill the SMs (the partials cost a write and a read), and on a
-  // single 64-row tile (run 34: 16x4608x7168 26.3 us in 2 slices, 22.7 on 64-row tiles).
-  // Where 4 slices do not fit but 3 do, the hand-written 128x128 kernel cuts each tile into 3 K pieces
-  // (any count: they need not divide the K blocks) and sums them in the kernel (a split tail, in
-  // gemm_cuda_wgmma.cu). Measured (runs 46-47, tests/cuda/config_sweep.py, us): 1024x576x7168 21.1 / 22.1
-  // vs 22.2 / 22.8 in 2 slices, 96x4608x7168 23.6 vs 25.2; at 4 pieces it lost to 4 slices (1024x512x7168
-  // 19.5 vs 18.2). (It keeps this rule's kblocks % 4 == 0, under which it was measured; the pieces
-  // themselves need no divisibility.)
-  if (K >= 4096 && kblocks % 4 == 0 && M > 64 && tiles >= 32 && 2 * tiles <= kSms) {
-    if (4 * tiles > kSms && 3 * tiles <= kSms) {
-      t.cfg = kSquare128Config;
-      t.splits = 3;
-      return t;
-    }
-    t.cfg = kKSliceConfig;
-    t.kslices = 4 * tiles <= kSms ? 4 : 2;
-    return t;
-  }
-  // Decode-like: a few tiles (a handful of rows against a deep weight) would stream all of K through a
-  // few SMs. Cut K into as many slices as the SMs take, each of at least 4 K blocks; the fp32 partials
-  // are small at these sizes. Run 34 (64-row tiles -> this): 128x512x7168 21.3 -> 14.1 us (torch 19.3),
-  // 1024x256x7168 21.7 -> 15.4 (25.5), and 64x1536x7168 21.6 -> 16.6 before the decode rule above took
-  // it; at K = 2048 it lost (64x3072x2048 13.6 vs 11.7).
-  if (K >= 4096 && tiles < 32) {
-    int const slices = max_kslices(tiles, kblocks, kSms);
-    if (slices > 1) {
-      t.cfg = kKSliceConfig;
-      t.kslices = slices;
-      return t;
-    }
-  }
-  if (2 * tiles <= kSms) {  // fewer than half the SMs busy with 128x128 tiles: 64-row tiles
-    t.cfg = 2;
-    t.raster = 2;
-    return t;
-  }
-  // Deep K where 192x128 tiles (three consumer warpgroups) make exactly one wave at least 90% full:
-  // measured (run 32, tests/cuda/config_sweep.py) 6144x512x7168 45.0 us vs 47.9 for stream-K on 128x128
-  // tiles (1.45 waves); on full multi-wave shapes that kernel is 3-10% slower than the 128x192 one.
-  if (K >= 4096 && tiles_tall <= kSms && 10 * tiles_tall >= 9 * kSms) {
-    t.cfg = kTall192Config;
-    t.raster = 2;
-    return t;
-  }
-  // Deep K where 192x128 tiles make more than a wave but 192x144 ones make one wave at least 90 % full
-  // (6144x576x7168: 160 tiles of 192x128, 1.21 waves; 128 of 192x144): those, the tiles 12 % larger.
-  // Only where M and N fill the 192x144 tiles to at least 90 % each, as on the shapes measured (a 128-row
-  // M would leave a third of every tile's rows on padding).
-  // Measured (run 94, tests/cuda/config_sweep.py, 4 rounds, us): 6144x576x7168 45.1 vs 51.4 for the
-  // rules below (CUTLASS's 128x128, 1.82 waves), 69.6 for 192x128, torch 48.4; 5800x556x4096 43.1 vs 49.0.
-  // (Where they make many waves they lost to 128x192: 6144x4608x7168 372.5 vs 362.4, 8192^3 1010 vs 946.)
-  int64_t const tiles_tall144 = tile_count(192, 144);
-  auto const fills = [](int64_t extent, int64_t tile) { return 10 * extent >= 9 * ((extent + tile - 1) / tile * tile); };
-  if (K >= 4096 && tiles_tall144 <= kSms && 10 * tiles_tall144 >= 9 * kSms && fills(M, 192) && fills(N, 144)) {
-    t.cfg = kTall144Config;
-    t.raster = 2;
-    return t;
-  }
-  double const waves = static_cast<double>(tiles) / kSms;
-  double const tail = waves - static_cast<double>(static_cast<int64_t>(waves));
-  if (K >= 4096 && tiles > kSms && waves < 3.0 && tail <= 0.5) {  // a poor last wave of deep tiles
-    // More than a wave of 128x192 tiles: the hand-written kernel, its last wave's tiles cut into K pieces
-    // (a split tail; make_schedule caps the pieces at one per CTA). Measured against stream-K
-    // (tests/cuda/config_sweep.py, runs 76-77, us): 1024x4608x7168 63.7 / 63.5 vs 66.5 / 65.5,
-    // 1536x3072x4096 42.0 vs 44.4, 3072x1536x4096 42.2 vs 44.4.
-    if (tiles192 > kSms) {
-      t.cfg = kWide192Config;
-      t.splits = 8;
-      return t;
-    }
-    t.cfg = 1;  // stream-K
-    return t;
-  }
-  t.cfg = 0;
-  return t;
 }
 
 void natural_with_config(at::Tensor &out, at::Tensor const &x, at::Tensor const &w,

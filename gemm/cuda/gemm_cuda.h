@@ -5,30 +5,14 @@
 
 #include <ATen/ATen.h>
 
-namespace gemm_cuda {
+#include "gemm_cuda_pick.h"  // Tuning, pick_tuning
 
-// Number of compiled GEMM configurations (see kConfigNames in gemm_cuda.cu).
-// A choice of compiled configuration plus the tile scheduler's runtime knobs (see GemmArgs in
-// gemm_cuda_kernels.h). cfg < 0 means: let pick_tuning decide everything.
-struct Tuning {
-  int cfg = -1;
-  int raster = 0;
-  int swizzle = 1;
-  int splits = 1;
-  int kslices = 1;  // K slices of the K-sliced and the decode configurations (ignored by the others)
-  // The hand-written configurations (6-8, 10) store a tile beside the next one's first batch (GemmArgs).
-  bool overlap_store = false;
-  // Seed layout: the GEMM launches as a programmatic dependent of the preparation (GemmArgs::pdl); false
-  // only to measure what that saves (tests/cuda/config_sweep.py variant `spicknopdl`).
-  bool pdl = true;
-};
+namespace gemm_cuda {
 
 // Number of compiled GEMM configurations (see kNameCfg* in gemm_cuda_cfg*.cu).
 int num_configs();
 // Human-readable name of configuration `cfg` ("coop_128x128_persistent", ...).
 char const *config_name(int cfg);
-// What the shape heuristic picks for an (M, N, K) problem.
-Tuning pick_tuning(int64_t M, int64_t N, int64_t K);
 
 // Natural layout with a forced tuning (tuning.cfg < 0: the heuristic's choice).
 void natural_with_config(at::Tensor &out, at::Tensor const &x, at::Tensor const &w,

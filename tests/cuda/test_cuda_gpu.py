@@ -55,7 +55,7 @@ SHAPES = [
     (1, 4096, 1024),  # decode kernel, one K slice
     (32, 4096, 4096),  # decode kernel, 32 rows, 2 K slices
     (64, 4096, 2048),  # decode kernel: 64 rows against 64 w tiles (up to a wave of them: run 91)
-    (40, 8704, 1024),  # 40 rows against 136 w tiles, past a wave: 64-row tiles, not the decode kernel
+    (40, 8704, 1024),  # 40 rows against 136 w tiles, past a wave: CUTLASS's 128x128 tiles, not the decode kernel
     (40, 1000, 1024),  # decode kernel, 40 of 64 rows, a partial last w tile
     (17, 2999, 512),  # decode kernel, one K slice, N % 8 != 0 (padded w and output)
     (8, 8, 128),

@@ -1,0 +1,143 @@
+"""The CUDA backend's per-shape choice (pick_tuning in gemm/cuda/gemm_cuda_pick.h), checked on the CPU.
+
+The header needs neither torch nor CUDA: a small C++ program includes it and prints the choice for each
+shape read from stdin. The H200 runs in gemm/cuda/NOTES.md measured which configuration is fastest where.
+These tests pin the choice on the challenge shapes to those measurements. They also check properties
+that every choice must have: a configuration that exists, K slices that divide K, the decode kernel only
+for M <= 64, and 192x144 tiles only where they make one full wave of well-filled tiles.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+CUDA_DIR = Path(__file__).resolve().parents[2] / "gemm" / "cuda"
+SMS = 132  # pick_tuning's H100/H200 SM count
+
+# Configuration ids (gemm_cuda_pick.h, and the table in gemm_cuda.cu).
+COOP_128, STREAM_K, PINGPONG_64, KSLICED = 0, 1, 2, 5
+WGMMA_128x128, WGMMA_128x192, WGMMA_192x128, DECODE, WGMMA_192x144 = 6, 7, 8, 9, 10
+CONFIGS = 11
+
+_MAIN = r"""
+#include <cstdio>
+#include "gemm_cuda_pick.h"
+static_assert(gemm_cuda::kConfigCount == CONFIGS, "tests/cuda/test_cuda_pick.py lists every configuration");
+int main() {
+  long long m, n, k;
+  while (std::scanf("%lld %lld %lld", &m, &n, &k) == 3) {
+    gemm_cuda::Tuning const t = gemm_cuda::pick_tuning(m, n, k);
+    std::printf("%d %d %d %d %d %d\n", t.cfg, t.raster, t.swizzle, t.splits, t.kslices, int(t.overlap_store));
+  }
+}
+""".replace("CONFIGS", str(CONFIGS))
+
+
+@pytest.fixture(scope="module")
+def pick_program(tmp_path_factory) -> Path:
+    cxx = next((c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
+    if cxx is None:
+        pytest.skip("no C++ compiler on PATH (c++, g++ or clang++) to build the pick_tuning harness")
+    work = tmp_path_factory.mktemp("pick")
+    (work / "main.cpp").write_text(_MAIN)
+    exe = work / "pick"
+    proc = subprocess.run(
+        [cxx, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{CUDA_DIR}", str(work / "main.cpp"), "-o", exe],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, f"gemm_cuda_pick.h does not compile on its own:\n{proc.stderr[-3000:]}"
+    return exe
+
+
+def picks(exe: Path, shapes) -> dict[tuple[int, int, int], dict[str, int]]:
+    shapes = list(shapes)
+    out = subprocess.run(
+        [str(exe)], input="".join(f"{m} {n} {k}\n" for m, n, k in shapes), capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    keys = ("cfg", "raster", "swizzle", "splits", "kslices", "overlap_store")
+    return {s: dict(zip(keys, map(int, line.split()), strict=True)) for s, line in zip(shapes, out, strict=False)}
+
+
+# The challenge shapes and 8192^3: the configuration each takes, and the knob that matters, as measured
+# (NOTES.md; the run that settled each pick in brackets).
+CHALLENGE_PICKS = {
+    (1024, 1536, 7168): {"cfg": COOP_128},  # runs 83, 95, 99: 128x96 tiles and split tails no faster
+    (1024, 3072, 1536): {"cfg": WGMMA_128x192},  # run 13
+    (1024, 576, 7168): {"cfg": WGMMA_128x128, "splits": 3},  # runs 46-47
+    (1024, 7168, 256): {"cfg": WGMMA_192x128},  # runs 34-67
+    (1024, 7168, 2048): {"cfg": COOP_128},  # runs 89, 92, 95
+    (1024, 4608, 7168): {"cfg": WGMMA_128x192, "splits": 8},  # runs 76-77
+    (1024, 7168, 2304): {"cfg": COOP_128},  # runs 92, 95
+    (1024, 512, 7168): {"cfg": KSLICED, "kslices": 4},  # run 8
+    (1024, 4096, 512): {"cfg": WGMMA_128x128},  # runs 34-35, 67
+    (6144, 1536, 7168): {"cfg": WGMMA_128x192},  # runs 13, 71-72
+    (6144, 3072, 1536): {"cfg": WGMMA_128x192, "overlap_store": 0},  # run 87
+    (6144, 576, 7168): {"cfg": WGMMA_192x144},  # run 94
+    (6144, 7168, 256): {"cfg": WGMMA_192x128},  # runs 34-35, 86
+    (6144, 7168, 2048): {"cfg": WGMMA_128x192, "overlap_store": 1},  # runs 71-72, 85
+    (6144, 4608, 7168): {"cfg": WGMMA_128x192, "overlap_store": 1},  # runs 72, 94
+    (6144, 7168, 2304): {"cfg": WGMMA_128x192, "overlap_store": 1},  # run 85
+    (6144, 512, 7168): {"cfg": WGMMA_192x128},  # run 32
+    (6144, 4096, 512): {"cfg": WGMMA_192x128},  # runs 34-35, 86
+    (8192, 8192, 8192): {"cfg": WGMMA_128x192, "overlap_store": 1},  # runs 13, 71-72
+}
+
+
+def test_challenge_shapes_take_the_measured_configurations(pick_program):
+    got = picks(pick_program, CHALLENGE_PICKS)
+    wrong = {s: (want, got[s]) for s, want in CHALLENGE_PICKS.items() if any(got[s][k] != v for k, v in want.items())}
+    assert not wrong, wrong
+
+
+def test_decode_shapes_take_the_decode_kernel_up_to_a_wave_of_weight_tiles(pick_program):
+    """M <= 64: the decode kernel, K cut into slices from K = 4096 where its 64-row weight tiles leave SMs idle
+    (run 43); from 33 rows on only up to a wave (132) of those tiles (runs 88, 91)."""
+    got = picks(pick_program, [(1, 4608, 7168), (3, 520, 7168), (64, 4608, 7168), (33, 8448, 2048), (40, 8704, 1024)])
+    assert got[(1, 4608, 7168)]["cfg"] == DECODE
+    assert got[(1, 4608, 7168)]["kslices"] == 1  # 72 weight tiles: two slices would not fit one CTA per SM
+    assert got[(3, 520, 7168)]["cfg"] == DECODE and got[(3, 520, 7168)]["kslices"] == 14  # 9 tiles, 4 K blocks a slice
+    assert got[(64, 4608, 7168)]["cfg"] == DECODE  # 72 weight tiles
+    assert got[(33, 8448, 2048)]["cfg"] == DECODE  # 132 weight tiles: a full wave
+    assert got[(40, 8704, 1024)]["cfg"] != DECODE  # 136: past a wave
+
+
+# A grid of shapes around the rules' edges: M from decode sizes to 8192, N and K over the model widths.
+GRID = list(
+    itertools.product(
+        (1, 17, 33, 64, 65, 128, 200, 512, 1000, 1024, 2048, 4096, 5800, 6144, 8192),
+        (8, 136, 512, 556, 576, 1000, 1536, 2304, 3072, 4096, 4608, 7168, 8704, 18432),
+        (128, 256, 512, 1024, 1536, 2048, 2304, 4096, 7168, 8192),
+    )
+)
+
+
+def test_every_choice_is_a_configuration_the_kernel_accepts(pick_program):
+    for (m, n, k), t in picks(pick_program, GRID).items():
+        assert 0 <= t["cfg"] < CONFIGS, ((m, n, k), t)
+        assert t["splits"] >= 1 and t["kslices"] >= 1, ((m, n, k), t)
+        assert t["cfg"] != DECODE or m <= 64, ((m, n, k), t)
+        if t["cfg"] in (KSLICED, DECODE):  # natural_impl refuses slices that do not divide the K blocks
+            assert (k // 128) % t["kslices"] == 0, ((m, n, k), t)
+        else:
+            assert t["kslices"] == 1, ((m, n, k), t)
+        # the overlapped store only from 16 K blocks a tile (runs 70-72)
+        assert t["overlap_store"] == int(k >= 2048), ((m, n, k), t)
+
+
+def test_192x144_tiles_only_for_one_full_wave_of_full_tiles(pick_program):
+    """Configuration 10 was measured where 128 tiles of 192x144 fill the 132 SMs and M and N fill the tiles
+    (runs 94, 100); elsewhere its larger tiles lose (6144x4608x7168: 372 vs 362 us)."""
+    chosen = [s for s, t in picks(pick_program, GRID).items() if t["cfg"] == WGMMA_192x144]
+    assert (6144, 576, 7168) in chosen and (5800, 556, 4096) in chosen
+    for m, n, k in chosen:
+        tiles_m, tiles_n = -(-m // 192), -(-n // 144)
+        assert k >= 4096 and 0.9 * SMS <= tiles_m * tiles_n <= SMS, (m, n, k)
+        assert m >= 0.9 * 192 * tiles_m and n >= 0.9 * 144 * tiles_n, (m, n, k)
+    # a 128-row M would leave a third of every tile's rows on padding
+    assert all(m > 128 for m, _, _ in chosen)
