@@ -38,8 +38,11 @@ constexpr int kTall144Config = 10;
 // How many configurations gemm_cuda.cu's table has (it asserts so).
 constexpr int kConfigCount = kTall144Config + 1;
 
+// How many tiles of `tile` cover `extent` (the last maybe partial).
+inline int64_t ceil_div(int64_t extent, int64_t tile) { return (extent + tile - 1) / tile; }
+
 // How many waves `tiles` equal tiles make on `sms` SMs, the last one maybe partial.
-inline int64_t wave_count(int64_t tiles, int64_t sms) { return (tiles + sms - 1) / sms; }
+inline int64_t wave_count(int64_t tiles, int64_t sms) { return ceil_div(tiles, sms); }
 
 // Average occupancy of those waves (1.0: the last wave is full).
 inline double wave_fill(int64_t tiles, int64_t sms) {
@@ -61,7 +64,7 @@ inline int max_kslices(int64_t tiles, int64_t kblocks, int64_t sms) {
 // shapes and 8192^3; these rules reproduce the per-shape winners (or a variant within ~3% of it).
 inline Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   constexpr int64_t kSms = 132;  // H100/H200 SXM; only the choice depends on it, not correctness
-  auto const tile_count = [M, N](int64_t bm, int64_t bn) { return ((M + bm - 1) / bm) * ((N + bn - 1) / bn); };
+  auto const tile_count = [M, N](int64_t bm, int64_t bn) { return ceil_div(M, bm) * ceil_div(N, bn); };
   int64_t const tiles = tile_count(128, 128);
   int64_t const kblocks = K / kBlock;
   Tuning t;
@@ -83,7 +86,7 @@ inline Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   // ahead since its scales come through shared memory (run 88): 64x4608x7168 22.8 / 22.7, 48x4608x7168
   // 22.8 / 22.4, 64x4096x7168 22.3 / 21.8, 64x7168x2304 12.9 / 12.4, 40x7168x2304 12.8 / 12.4,
   // 48x7168x2048 12.1 / 11.6 (run 43, before it: 64x4608x7168 23.1 vs 23.8, 64x7168x2304 13.1 vs 13.8).
-  int64_t const tiles64 = (N + 63) / 64;
+  int64_t const tiles64 = ceil_div(N, 64);
   if (M <= 64 && !(M > 32 && tiles64 > kSms)) {
     t.cfg = kDecodeConfig;
     t.kslices = K >= 4096 ? max_kslices(tiles64, kblocks, kSms) : 1;
@@ -198,7 +201,7 @@ inline Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   // rules below (CUTLASS's 128x128, 1.82 waves), 69.6 for 192x128, torch 48.4; 5800x556x4096 43.1 vs 49.0.
   // (Where they make many waves they lost to 128x192: 6144x4608x7168 372.5 vs 362.4, 8192^3 1010 vs 946.)
   int64_t const tiles_tall144 = tile_count(192, 144);
-  auto const fills = [](int64_t extent, int64_t tile) { return 10 * extent >= 9 * ((extent + tile - 1) / tile * tile); };
+  auto const fills = [](int64_t extent, int64_t tile) { return 10 * extent >= 9 * ceil_div(extent, tile) * tile; };
   if (K >= 4096 && tiles_tall144 <= kSms && 10 * tiles_tall144 >= 9 * kSms && fills(M, 192) && fills(N, 144)) {
     t.cfg = kTall144Config;
     t.raster = 2;

@@ -59,9 +59,9 @@ def picks(exe: Path, shapes) -> dict[tuple[int, int, int], dict[str, int]]:
     shapes = list(shapes)
     out = subprocess.run(
         [str(exe)], input="".join(f"{m} {n} {k}\n" for m, n, k in shapes), capture_output=True, text=True, check=True
-    ).stdout.split("\n")
+    ).stdout.splitlines()
     keys = ("cfg", "raster", "swizzle", "splits", "kslices", "overlap_store")
-    return {s: dict(zip(keys, map(int, line.split()), strict=True)) for s, line in zip(shapes, out, strict=False)}
+    return {s: dict(zip(keys, map(int, line.split()), strict=True)) for s, line in zip(shapes, out, strict=True)}
 
 
 # The challenge shapes and 8192^3: the configuration each takes, and the knob that matters, as measured
