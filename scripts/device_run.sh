@@ -2,7 +2,7 @@
 # One device call for the CUDA backend (run from the repo root on the GPU machine, with .whl carried):
 #   bash scripts/device_run.sh jit     # JIT build + correctness + timing + sanitizers (no build stage)
 #   bash scripts/device_run.sh full    # build stage + kernels load + pytest + sanitizers + benchmarks.run
-#                                      # (+ benchmarks.precision unless SKIP_PRECISION=1)
+#                                      # + benchmarks.clocks (+ benchmarks.precision unless SKIP_PRECISION=1)
 #   bash scripts/device_run.sh study   # build stage + benchmarks.precision + benchmarks.run (no tests)
 #   bash scripts/device_run.sh bench   # full without the sanitizers
 #   bash scripts/device_run.sh test    # build stage + pytest (tests/kernel, tests/cuda) only
@@ -43,7 +43,9 @@ run_sanitizer() {
   local st=$?; echo "sanitizer $tool $* exit=$st"; tail -n 3 "$log"; [ $st -eq 0 ] || rc=1
 }
 sanitize() {
-  for tool in memcheck racecheck; do
+  # SANITIZE_TOOLS: a subset, when racecheck would not fit in the call's time with the rest (it takes
+  # 200-320 s; run it in its own call then).
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     # racecheck takes the 10th's split tail in split mode (within its own timeout); it needs more than 200 s
     # for its 9 shapes since the 192x144 one joined (run 100 stopped after 8, no hazard)
     n=10 limit=200; [ $tool = racecheck ] && n=9 limit=320
@@ -150,6 +152,11 @@ PY
     python3 -m benchmarks.compare "$committed" "$f" --json "$OUT/compare-$variant.json" > "$OUT/compare-$variant.log" 2>&1
     grep -E "drift|slower|faster|geomean|error" "$OUT/compare-$variant.log"
   done
+  # SM clock and board power under sustained load (is a shape bound by the power cap?): benchmarks.clocks.
+  timeout 150 python3 -m benchmarks.clocks --build-dir build --out "$OUT/h200/clocks.json" \
+    --shapes "${CLOCK_SHAPES:-1024x1536x7168,1024x7168x2048,1024x4608x7168,6144x7168x2304,6144x4608x7168,8192x8192x8192}" \
+    > "$OUT/clocks.log" 2>&1 || rc=1
+  cat "$OUT/clocks.log"
   [ "$mode" = study ] && exit $rc
   timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernel tests/cuda/test_cuda_gpu.py 2>&1 \
     | tee "$OUT/pytest.log" | tail -n 25 || rc=1

@@ -1,0 +1,46 @@
+"""benchmarks.clocks: reading nvidia-smi's samples and refusing to run without an NVIDIA GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchmarks import clocks
+
+
+def test_parse_samples_reads_numbers_and_skips_what_it_cannot():
+    text = "1980, 512.34, 0x0000000000000000\n1755, 699.1, 0x0000000000000004\n1700, [N/A], 0x4\n1600, 70"
+    samples = clocks.parse_samples(text)
+    assert samples == [
+        {"sm_mhz": 1980.0, "power_w": 512.34, "mask": 0},
+        {"sm_mhz": 1755.0, "power_w": 699.1, "mask": 4},
+    ]
+
+
+def test_reasons_names_bits_and_keeps_unknown_ones():
+    assert clocks.reasons(0) == []
+    assert clocks.reasons(0x4 | 0x80) == ["sw_power_cap", "hw_power_brake"]
+    assert clocks.reasons(0x1000 | 0x4) == ["sw_power_cap", "0x1000"]
+
+
+def test_summarize_takes_medians_and_reasons_seen_in_a_quarter_of_the_samples():
+    samples = [
+        {"sm_mhz": m, "power_w": p, "mask": k}
+        for m, p, k in [(1980, 400, 0), (1700, 700, 4), (1710, 698, 4), (1720, 701, 4), (1500, 690, 0x40)]
+    ]
+    stats = clocks.summarize(samples)
+    assert stats["sm_mhz"] == 1710 and stats["power_w"] == 698 and stats["samples"] == 5
+    assert stats["reasons"] == ["sw_power_cap"]  # hw_thermal in 1 of 5 samples: below a quarter
+    assert clocks.summarize([]) == {"sm_mhz": None, "power_w": None, "reasons": [], "samples": 0}
+
+
+def test_seconds_must_exceed_the_settling_time(capsys):
+    with pytest.raises(SystemExit):
+        clocks.parse_args(["--seconds", str(clocks.SETTLE_S)])
+    assert "--seconds" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available() and torch.version.cuda is not None, reason="this machine has the GPU")
+def test_without_an_nvidia_gpu_it_exits_2_with_the_reason(capsys):
+    assert clocks.main(["--shapes", "128x128x128"]) == 2
+    assert "NVIDIA GPU" in capsys.readouterr().err
