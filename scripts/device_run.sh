@@ -153,7 +153,7 @@ PY
     grep -E "drift|slower|faster|geomean|error" "$OUT/compare-$variant.log"
   done
   # SM clock and board power under sustained load (is a shape bound by the power cap?): benchmarks.clocks.
-  timeout 150 python3 -m benchmarks.clocks --build-dir build --out "$OUT/h200/clocks.json" \
+  timeout 300 python3 -m benchmarks.clocks --build-dir build --out "$OUT/h200/clocks.json" \
     --shapes "${CLOCK_SHAPES:-1024x1536x7168,1024x7168x2048,1024x4608x7168,6144x7168x2304,6144x4608x7168,8192x8192x8192}" \
     > "$OUT/clocks.log" 2>&1 || rc=1
   cat "$OUT/clocks.log"
