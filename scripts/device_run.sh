@@ -143,7 +143,8 @@ PY
       > "$OUT/precision.log" 2>&1 || rc=1
     tail -n 45 "$OUT/precision.log"
   fi
-  timeout 360 python3 -m benchmarks.run --shapes challenge,8192x8192x8192 --out "$OUT/h200" 2>&1 \
+  # shellcheck disable=SC2086  # BENCH_ARGS: extra options, word-split on purpose (e.g. "--rounds 5")
+  timeout 360 python3 -m benchmarks.run --shapes challenge,8192x8192x8192 --out "$OUT/h200" ${BENCH_ARGS:-} 2>&1 \
     | tee "$OUT/bench.log" | tail -n 50 || rc=1
   # Against the committed results of the same variant: what moved beyond the drift torch's own times show.
   for f in "$OUT"/h200/torch*.json; do
