@@ -3,8 +3,9 @@
     python -m benchmarks.clocks [--shapes MxNxK,...|challenge] [--impls gemm,torch_blockwise,fp8_pertensor]
                                 [--seconds 2] [--build-dir build] [--out FILE.json]
 
-For each shape and implementation the call runs back to back (no cache flush: this is the steady state
-of a layer run over and over) for --seconds while `nvidia-smi` samples the SM clock, the board power
+For each shape and implementation the call runs back to back (replayed from a CUDA graph of 20 calls, so
+that host launch costs do not idle the GPU; no cache flush: the steady state of a layer run over and
+over, L2 warm where the operands fit) for --seconds while `nvidia-smi` samples the SM clock, the board power
 and the active clock-event (throttle) reasons every 50 ms. The table gives time per call, TFLOP/s, the
 median SM clock and power, and TFLOP/s per GHz of SM clock, which separates the kernel's work per clock
 from the clock itself: two kernels at the same TFLOP/s and the same clock-limited power are bound by the
@@ -121,21 +122,46 @@ class Sampler:
         self.text = "\n".join(lines[int(SETTLE_S * 1000 / SAMPLE_MS) :])
 
 
-def sustained(call, torch_mod, seconds: float) -> tuple[float, int]:
-    """Runs `call` back to back for about `seconds`; (device us per call, calls). The host stays at most two
-    batches of calls ahead (it waits on the event of the batch before last), so the GPU never idles while
-    the host launches, and the run ends within a batch of the deadline."""
-    for _ in range(3):
+BATCH = 20  # calls per graph replay (or per eager batch)
+
+
+def batched(call, torch_mod):
+    """(a function running BATCH calls, how they are launched). A CUDA graph of BATCH calls, so that the
+    host's launch cost (tens of us for a Python-level peer such as torch's blockwise path) never leaves the
+    GPU idle between short calls; where capture fails, the calls one by one ("eager": a call shorter than
+    its launch is then host-bound, and the table shows it by its low power)."""
+    for _ in range(3):  # warm-up outside the capture (cuBLAS picks its kernel, allocators settle)
         call()
     torch_mod.cuda.synchronize()
+    try:
+        graph = torch_mod.cuda.CUDAGraph()
+        with torch_mod.cuda.graph(graph):
+            for _ in range(BATCH):
+                call()
+        graph.replay()
+        torch_mod.cuda.synchronize()
+        return graph.replay, "graph"
+    except Exception:  # noqa: BLE001 (any capture failure: fall back to plain launches)
+        torch_mod.cuda.synchronize()
+
+        def eager() -> None:
+            for _ in range(BATCH):
+                call()
+
+        return eager, "eager"
+
+
+def sustained(run_batch, torch_mod, seconds: float) -> tuple[float, int]:
+    """Runs `run_batch` back to back for about `seconds`; (device us per call, calls). The host stays at
+    most two batches ahead (it waits on the event of the batch before last), so it never starves the GPU
+    of queued work, and the run ends within a batch of the deadline."""
     start, end = torch_mod.cuda.Event(enable_timing=True), torch_mod.cuda.Event(enable_timing=True)
     batches: collections.deque = collections.deque()
     calls, t0 = 0, time.monotonic()
     start.record()
     while time.monotonic() - t0 < seconds:
-        for _ in range(20):
-            call()
-        calls += 20
+        run_batch()
+        calls += BATCH
         batches.append(torch_mod.cuda.Event())
         batches[-1].record()
         if len(batches) > 2:
@@ -206,8 +232,9 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{shape.id:>16} {name:>16}  skipped: {why or 'no natural layout'}")
                 continue
             call, _ = impl.build(ctx, inp, "natural")
+            run_batch, launch = batched(call, torch)
             with Sampler(gpu, field) as sampler:
-                us, calls = sustained(call, torch, args.seconds)
+                us, calls = sustained(run_batch, torch, args.seconds)
             stats = summarize(parse_samples(sampler.text))
             tflops = shape.flops / us / 1e6
             per_ghz = tflops / (stats["sm_mhz"] / 1e3) if stats["sm_mhz"] else None
@@ -217,6 +244,7 @@ def run(args: argparse.Namespace) -> int:
                     "impl": name,
                     "us": us,
                     "calls": calls,
+                    "launch": launch,
                     "tflops": tflops,
                     "tflops_per_ghz": per_ghz,
                     **stats,
@@ -226,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
             watts = f"{stats['power_w']:6.0f}" if stats["power_w"] else "     -"
             ratio = f"{per_ghz:7.1f}" if per_ghz else "      -"
             line = f"{shape.id:>16} {name:>16} {us:9.1f} {tflops:8.0f} {mhz} {watts} {ratio}"
-            print(line, "", ",".join(stats["reasons"]), flush=True)
+            print(line, "", ",".join(stats["reasons"]) + ("" if launch == "graph" else " (eager launches)"), flush=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         doc = {"gpu": props.name, "limits": limits, "variant": variant, "seconds": args.seconds, "rows": rows}

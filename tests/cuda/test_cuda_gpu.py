@@ -128,6 +128,46 @@ def test_runs_on_the_current_stream(cuda_kernel):
     assert_matches(cuda_kernel, c, p, "seed on a side stream")
 
 
+# One shape per path that launches more than one kernel or uses scratch: the decode kernel in K slices
+# (fp32 partials + the summing pass), the K-sliced configuration, a split tail (its counters zeroed by a
+# memset), the 192x144 kernel, a padded output (N % 8 != 0), plus the seed layout's preparation (and its
+# dependent launch) on each.
+GRAPH_SHAPES = [(3, 520, 7168), (1024, 512, 7168), (1024, 576, 7168), (5800, 568, 4096), (300, 2001, 4096)]
+
+
+@pytest.mark.parametrize("shape", GRAPH_SHAPES, ids=_id)
+def test_cuda_graph_capture_and_replay(cuda_kernel, shape):
+    """Serving stacks capture decode steps in CUDA graphs: both layouts must capture (no host sync, no
+    legacy-stream work, scratch from the graph's pool) and a replay must compute on the inputs' new values."""
+    m, n, k = shape
+    first = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(_seeds))
+    x, w, xs, ws = (t.clone() for t in first.natural())
+    a, b, sa, sb = (t.clone() for t in (first.a, first.b, first.a_scale, first.b_scale))
+    out, c = poisoned_output(m, n, "cuda"), poisoned_output(m, n, "cuda")
+    for _ in range(2):  # warm-up outside the capture, as torch.cuda.graphs asks
+        cuda_kernel.gemm_natural(x, w, xs, ws, out)
+        cuda_kernel.gemm(a, b, sa, sb, c)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        cuda_kernel.gemm_natural(x, w, xs, ws, out)
+        cuda_kernel.gemm(a, b, sa, sb, c)
+    # New values in the captured inputs, poisoned outputs: the replay alone must write the right answer.
+    second = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(_seeds))
+    for dst, src in zip(
+        (x, w, xs, ws, a, b, sa, sb),
+        (*second.natural(), second.a, second.b, second.a_scale, second.b_scale),
+        strict=True,
+    ):
+        dst.copy_(src)
+    out.fill_(float("nan"))
+    c.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_matches(cuda_kernel, out, second, f"natural {_id(shape)}, graph replay")
+    assert_matches(cuda_kernel, c, second, f"seed {_id(shape)}, graph replay")
+
+
 def test_deterministic(cuda_kernel):
     """Same inputs, same bits: no race between CTAs (the split tiles' in-kernel sums, whichever piece
     arrives last, and the decode kernel's K slices included)."""
