@@ -89,6 +89,17 @@ def _smi_query(gpu: str, fields: str, extra: tuple[str, ...] = ()) -> subprocess
     return subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
 
 
+def smi_id(props, index: int) -> str:
+    """nvidia-smi's --id for a torch device: its PCI address (domain:bus:device.function), which does not
+    depend on CUDA_VISIBLE_DEVICES, where torch reports the three numbers; else torch's index, which is
+    nvidia-smi's only when every GPU is visible in PCI order."""
+    parts = [getattr(props, name, None) for name in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
+    if all(isinstance(p, int) for p in parts):
+        domain, bus, dev = parts
+        return f"{domain:08X}:{bus:02X}:{dev:02X}.0"
+    return str(index)
+
+
 def reason_field(gpu: str) -> str:
     for name in REASON_FIELDS:
         if _smi_query(gpu, name).returncode == 0:
@@ -213,9 +224,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--impls: unknown {unknown}; known: {sorted(BY_NAME)}")
     kernel, variant, _ = load_kernel(args.build_dir) if "gemm" in args.impls.split(",") else (None, None, None)
     device = torch.device("cuda")
-    # nvidia-smi's --id takes the PCI bus id, which does not depend on CUDA_VISIBLE_DEVICES.
     props = torch.cuda.get_device_properties(device)
-    gpu = getattr(props, "pci_bus_id", None) or str(torch.cuda.current_device())
+    gpu = smi_id(props, torch.cuda.current_device())
+    if _smi_query(gpu, "name").returncode != 0:  # an address this nvidia-smi does not take: the index
+        gpu = str(torch.cuda.current_device())
     field = reason_field(gpu)
     limits = _smi_query(gpu, "clocks.max.sm,power.limit,name").stdout.strip()
     ctx = Context(device, "cuda", torch.float8_e4m3fn, kernel)

@@ -44,3 +44,11 @@ def test_seconds_must_exceed_the_settling_time(capsys):
 def test_without_an_nvidia_gpu_it_exits_2_with_the_reason(capsys):
     assert clocks.main(["--shapes", "128x128x128"]) == 2
     assert "NVIDIA GPU" in capsys.readouterr().err
+
+
+def test_smi_id_is_the_pci_address_when_torch_gives_it():
+    class Props:
+        pci_domain_id, pci_bus_id, pci_device_id = 0, 0x19, 0
+
+    assert clocks.smi_id(Props(), 3) == "00000000:19:00.0"
+    assert clocks.smi_id(object(), 3) == "3"  # an older torch without the PCI fields: the index
