@@ -3,13 +3,15 @@
     python -m benchmarks.clocks [--shapes MxNxK,...|challenge] [--impls gemm,torch_blockwise,fp8_pertensor]
                                 [--seconds 2] [--build-dir build] [--out FILE.json]
 
-For each shape and implementation the call runs back to back (replayed from a CUDA graph of 20 calls, so
-that host launch costs do not idle the GPU; no cache flush: the steady state of a layer run over and
-over, L2 warm where the operands fit) for --seconds while `nvidia-smi` samples the SM clock, the board power
-and the active clock-event (throttle) reasons every 50 ms. The table gives time per call, TFLOP/s, the
-median SM clock and power, and TFLOP/s per GHz of SM clock, which separates the kernel's work per clock
-from the clock itself: two kernels at the same TFLOP/s and the same clock-limited power are bound by the
-cap, not by each other. NVIDIA only; elsewhere it exits 2 with the reason (rocm-smi has other fields).
+For each shape and implementation the call runs back to back, replayed from a CUDA graph of 20 calls so
+that host launch costs do not idle the GPU, with no cache flush (the steady state of a layer run over and
+over; L2 stays warm where the operands fit): first for SETTLE_S, then for --seconds timed. Meanwhile
+`nvidia-smi` samples the SM clock, the board power (instantaneous where the driver has it; `power.draw` is
+a 1 s average) and the active clock-event (throttle) reasons every 50 ms; only the timed window's samples
+count. The table gives time per call, TFLOP/s, the median SM clock and power, and TFLOP/s per GHz of SM
+clock, which separates the kernel's work per clock from the clock itself: at the power cap, the kernel
+that does more per clock at the same power is the faster one. NVIDIA only; elsewhere it exits 2 with the
+reason (rocm-smi has other fields).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -38,8 +41,13 @@ REASON_BITS = {
     0x80: "hw_power_brake",
     0x100: "display_clocks",
 }
+# nvidia-smi's board power: instantaneous where the driver has the field, else the 1 s average.
+POWER_FIELDS = ("power.draw.instant", "power.draw")
+LIMIT_FIELDS = "pci.bus_id,clocks.max.sm,power.limit"  # recorded once, beside the samples
 SAMPLE_MS = 50
-SETTLE_S = 0.3  # samples from the first 0.3 s are dropped: the clock is still moving to its loaded value
+# Each implementation runs this long before its timed window (the clock moves to its loaded value in
+# milliseconds; a 1 s power average needs a second).
+SETTLE_S = {"power.draw.instant": 0.5, "power.draw": 1.0}
 
 
 class UsageError(ValueError):
@@ -100,37 +108,45 @@ def smi_id(props, index: int) -> str:
     return str(index)
 
 
-def reason_field(gpu: str) -> str:
-    for name in REASON_FIELDS:
+def first_field(gpu: str, names: tuple[str, ...]) -> str:
+    """The first of `names` this nvidia-smi reads (fields were renamed across driver versions)."""
+    for name in names:
         if _smi_query(gpu, name).returncode == 0:
             return name
-    raise UsageError("nvidia-smi reads neither clock-event field " + " nor ".join(REASON_FIELDS))
+    raise UsageError("nvidia-smi reads none of " + ", ".join(names))
 
 
 class Sampler:
-    """nvidia-smi in loop mode (-lms) for the duration of a `with` block."""
+    """nvidia-smi in loop mode (-lms) for the duration of a `with` block; each line it prints is stamped
+    with the host's monotonic clock as it arrives, so that `window(t0, t1)` keeps one time window's."""
 
-    def __init__(self, gpu: str, field: str) -> None:
-        self.cmd = [
-            "nvidia-smi",
-            f"--id={gpu}",
-            f"--query-gpu=clocks.sm,power.draw,{field}",
-            "--format=csv,noheader,nounits",
-            f"-lms={SAMPLE_MS}",
-        ]
-        self.text = ""
+    def __init__(self, gpu: str, fields: str) -> None:
+        self.cmd = ["nvidia-smi", f"--id={gpu}", f"--query-gpu={fields}", "--format=csv,noheader,nounits"]
+        self.cmd.append(f"-lms={SAMPLE_MS}")
+        self.lines: list[tuple[float, str]] = []
+        self.errors = ""
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append((time.monotonic(), line))
 
     def __enter__(self) -> Sampler:
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        self.start = time.monotonic()
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.proc.terminate()
-        out, _ = self.proc.communicate(timeout=10)
-        # Each line is one sample, SAMPLE_MS apart: drop the settling ones.
-        lines = out.splitlines()
-        self.text = "\n".join(lines[int(SETTLE_S * 1000 / SAMPLE_MS) :])
+        try:
+            _, self.errors = self.proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, self.errors = self.proc.communicate()
+        self.reader.join(timeout=10)
+
+    def window(self, t0: float, t1: float) -> str:
+        return "".join(line for t, line in self.lines if t0 <= t <= t1)
 
 
 BATCH = 20  # calls per graph replay (or per eager batch)
@@ -162,24 +178,32 @@ def batched(call, torch_mod):
         return eager, "eager"
 
 
-def sustained(run_batch, torch_mod, seconds: float) -> tuple[float, int]:
-    """Runs `run_batch` back to back for about `seconds`; (device us per call, calls). The host stays at
-    most two batches ahead (it waits on the event of the batch before last), so it never starves the GPU
-    of queued work, and the run ends within a batch of the deadline."""
-    start, end = torch_mod.cuda.Event(enable_timing=True), torch_mod.cuda.Event(enable_timing=True)
+def sustained(run_batch, torch_mod, settle_s: float, seconds: float) -> tuple[float, int, float, float]:
+    """Runs `run_batch` back to back for `settle_s`, then for about `seconds` timed; (device us per call
+    in the timed window, its calls, the window's start and end on the host's monotonic clock). The host
+    stays at most two batches ahead (it waits on the event of the batch before last), so it never starves
+    the GPU of queued work, and each phase ends within a batch of its deadline."""
     batches: collections.deque = collections.deque()
-    calls, t0 = 0, time.monotonic()
+
+    def run_for(duration: float) -> int:
+        calls, t0 = 0, time.monotonic()
+        while time.monotonic() - t0 < duration:
+            run_batch()
+            calls += BATCH
+            batches.append(torch_mod.cuda.Event())
+            batches[-1].record()
+            if len(batches) > 2:
+                batches.popleft().synchronize()
+        return calls
+
+    run_for(settle_s)
+    start, end = torch_mod.cuda.Event(enable_timing=True), torch_mod.cuda.Event(enable_timing=True)
     start.record()
-    while time.monotonic() - t0 < seconds:
-        run_batch()
-        calls += BATCH
-        batches.append(torch_mod.cuda.Event())
-        batches[-1].record()
-        if len(batches) > 2:
-            batches.popleft().synchronize()
+    t_start = time.monotonic()
+    calls = run_for(seconds)
     end.record()
     end.synchronize()
-    return start.elapsed_time(end) * 1e3 / calls, calls
+    return start.elapsed_time(end) * 1e3 / calls, calls, t_start, time.monotonic()
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -190,8 +214,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--build-dir", type=Path, default=Path("build"))
     ap.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     args = ap.parse_args(argv)
-    if args.seconds <= SETTLE_S:
-        ap.error(f"--seconds must exceed the {SETTLE_S} s settling time")
+    if args.seconds < 0.5:
+        ap.error(f"--seconds must be at least 0.5 (10 samples of {SAMPLE_MS} ms), got {args.seconds}")
     return args
 
 
@@ -199,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         return run(args)
-    except UsageError as e:
+    except (UsageError, subprocess.TimeoutExpired) as e:
         print(f"benchmarks.clocks: {e}", file=sys.stderr)
         return 2
 
@@ -228,11 +252,21 @@ def run(args: argparse.Namespace) -> int:
     gpu = smi_id(props, torch.cuda.current_device())
     if _smi_query(gpu, "name").returncode != 0:  # an address this nvidia-smi does not take: the index
         gpu = str(torch.cuda.current_device())
-    field = reason_field(gpu)
-    limits = _smi_query(gpu, "clocks.max.sm,power.limit,name").stdout.strip()
+    fields = f"clocks.sm,{first_field(gpu, POWER_FIELDS)},{first_field(gpu, REASON_FIELDS)}"
+    settle_s = SETTLE_S[fields.split(",")[1]]
+    values = _smi_query(gpu, LIMIT_FIELDS).stdout.strip().split(", ")
+    limits = dict(zip(("pci_bus_id", "max_sm_mhz", "power_limit_w"), values, strict=False))  # as far as printed
     ctx = Context(device, "cuda", torch.float8_e4m3fn, kernel)
-    rows = []
-    print(f"{props.name}; max SM clock, power limit: {limits}")
+    rows: list[dict] = []
+    doc = {
+        "gpu": props.name,
+        "nvidia_smi": {"id": gpu, "fields": fields, **limits},
+        "variant": variant,
+        "settle_s": settle_s,
+        "seconds": args.seconds,
+        "rows": rows,
+    }
+    print(f"{props.name} (nvidia-smi --id={gpu}): " + ", ".join(f"{k} {v}" for k, v in limits.items()))
     head = ("shape", "impl", "us", "TFLOP/s", "SM MHz", "W", "TF/GHz")
     print(" ".join(f"{h:>{w}}" for h, w in zip(head, (16, 16, 9, 8, 7, 6, 7), strict=True)), " clock-event reasons")
     for shape in shapes:
@@ -245,9 +279,11 @@ def run(args: argparse.Namespace) -> int:
                 continue
             call, _ = impl.build(ctx, inp, "natural")
             run_batch, launch = batched(call, torch)
-            with Sampler(gpu, field) as sampler:
-                us, calls = sustained(run_batch, torch, args.seconds)
-            stats = summarize(parse_samples(sampler.text))
+            with Sampler(gpu, fields) as sampler:
+                us, calls, t0, t1 = sustained(run_batch, torch, settle_s, args.seconds)
+            stats = summarize(parse_samples(sampler.window(t0, t1)))
+            if not stats["samples"]:
+                print(f"  no nvidia-smi samples: {sampler.errors.strip()[:300] or 'none printed'}", file=sys.stderr)
             tflops = shape.flops / us / 1e6
             per_ghz = tflops / (stats["sm_mhz"] / 1e3) if stats["sm_mhz"] else None
             rows.append(
@@ -267,10 +303,9 @@ def run(args: argparse.Namespace) -> int:
             ratio = f"{per_ghz:7.1f}" if per_ghz else "      -"
             line = f"{shape.id:>16} {name:>16} {us:9.1f} {tflops:8.0f} {mhz} {watts} {ratio}"
             print(line, "", ",".join(stats["reasons"]) + ("" if launch == "graph" else " (eager launches)"), flush=True)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        doc = {"gpu": props.name, "limits": limits, "variant": variant, "seconds": args.seconds, "rows": rows}
-        args.out.write_text(json.dumps(doc, indent=1) + "\n")
+            if args.out:  # after every row: a run stopped by a timeout keeps what it measured
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps(doc, indent=1) + "\n")
     return 0
 
 

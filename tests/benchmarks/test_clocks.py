@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 import torch
 
@@ -34,9 +37,9 @@ def test_summarize_takes_medians_and_reasons_seen_in_a_quarter_of_the_samples():
     assert clocks.summarize([]) == {"sm_mhz": None, "power_w": None, "reasons": [], "samples": 0}
 
 
-def test_seconds_must_exceed_the_settling_time(capsys):
+def test_seconds_must_leave_room_for_samples(capsys):
     with pytest.raises(SystemExit):
-        clocks.parse_args(["--seconds", str(clocks.SETTLE_S)])
+        clocks.parse_args(["--seconds", "0.2"])
     assert "--seconds" in capsys.readouterr().err
 
 
@@ -52,3 +55,23 @@ def test_smi_id_is_the_pci_address_when_torch_gives_it():
 
     assert clocks.smi_id(Props(), 3) == "00000000:19:00.0"
     assert clocks.smi_id(object(), 3) == "3"  # an older torch without the PCI fields: the index
+
+
+def test_sampler_keeps_the_lines_of_its_window_only(tmp_path, monkeypatch):
+    """A stand-in nvidia-smi printing a sample every 10 ms: the window holds what arrived inside it."""
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text('#!/bin/sh\necho "warming up" >&2\nwhile true; do echo "1500, 690.5, 0x4"; sleep 0.01; done\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    with clocks.Sampler("0", "clocks.sm,power.draw,clocks_event_reasons.active") as sampler:
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        time.sleep(0.3)
+        t1 = time.monotonic()
+        time.sleep(0.2)
+    inside = clocks.parse_samples(sampler.window(t0, t1))
+    assert 5 <= len(inside) < len(sampler.lines), (len(inside), len(sampler.lines))
+    assert all(s == {"sm_mhz": 1500.0, "power_w": 690.5, "mask": 4} for s in inside)
+    assert any(t < t0 for t, _ in sampler.lines) and any(t > t1 for t, _ in sampler.lines)
+    assert "warming up" in sampler.errors
+    assert sampler.proc.poll() is not None, "nvidia-smi left running"
