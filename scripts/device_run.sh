@@ -3,7 +3,7 @@
 #   bash scripts/device_run.sh jit     # JIT build + correctness + timing + sanitizers (no build stage)
 #   bash scripts/device_run.sh full    # build stage + kernels load + pytest + sanitizers + benchmarks.run
 #                                      # + benchmarks.clocks (+ benchmarks.precision unless SKIP_PRECISION=1)
-#   bash scripts/device_run.sh study   # build stage + benchmarks.precision + benchmarks.run (no tests)
+#   bash scripts/device_run.sh study   # build stage + benchmarks.precision + benchmarks.run + benchmarks.clocks (no tests)
 #   bash scripts/device_run.sh bench   # full without the sanitizers
 #   bash scripts/device_run.sh test    # build stage + pytest (tests/kernel, tests/cuda) only
 #   bash scripts/device_run.sh check   # test + sanitizers + Nsight Compute counters (PROFILE_SHAPE)
