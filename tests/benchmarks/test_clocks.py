@@ -75,3 +75,41 @@ def test_sampler_keeps_the_lines_of_its_window_only(tmp_path, monkeypatch):
     assert any(t < t0 for t, _ in sampler.lines) and any(t > t1 for t, _ in sampler.lines)
     assert "warming up" in sampler.errors
     assert sampler.proc.poll() is not None, "nvidia-smi left running"
+
+
+class _FakeEvent:
+    """A stand-in torch.cuda.Event on a fake device clock that advances by 1 ms per call launched."""
+
+    now_ms = 0.0
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        self.at = None
+
+    def record(self) -> None:
+        self.at = _FakeEvent.now_ms
+
+    def synchronize(self) -> None:
+        assert self.at is not None, "waited on an event never recorded"
+
+    def elapsed_time(self, end: _FakeEvent) -> float:
+        return end.at - self.at
+
+
+class _FakeTorch:
+    class cuda:  # noqa: N801 (mirrors torch.cuda)
+        Event = _FakeEvent
+
+
+def test_sustained_times_only_the_window_after_settling():
+    launched = []
+
+    def run_batch():
+        launched.append(clocks.BATCH)
+        _FakeEvent.now_ms += clocks.BATCH  # 1 ms of device time per call
+
+    t_before = time.monotonic()
+    us, calls, t0, t1 = clocks.sustained(run_batch, _FakeTorch, settle_s=0.05, seconds=0.1)
+    assert us == pytest.approx(1000.0)  # 1 ms per call, whatever the host's pace
+    assert 0 < calls < sum(launched), "the settling run's calls are not counted"
+    assert calls % clocks.BATCH == 0
+    assert t_before + 0.05 <= t0 < t1 and t1 - t0 >= 0.1
