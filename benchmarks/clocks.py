@@ -92,9 +92,12 @@ def summarize(samples: list[dict]) -> dict:
     }
 
 
-def _smi_query(gpu: str, fields: str, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    cmd = ["nvidia-smi", f"--id={gpu}", f"--query-gpu={fields}", "--format=csv,noheader,nounits", *extra]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
+def _smi_command(gpu: str, fields: str, *extra: str) -> list[str]:
+    return ["nvidia-smi", f"--id={gpu}", f"--query-gpu={fields}", "--format=csv,noheader,nounits", *extra]
+
+
+def _smi_query(gpu: str, fields: str) -> subprocess.CompletedProcess:
+    return subprocess.run(_smi_command(gpu, fields), capture_output=True, text=True, timeout=30, check=False)
 
 
 def smi_id(props, index: int) -> str:
@@ -121,8 +124,7 @@ class Sampler:
     with the host's monotonic clock as it arrives, so that `window(t0, t1)` keeps one time window's."""
 
     def __init__(self, gpu: str, fields: str) -> None:
-        self.cmd = ["nvidia-smi", f"--id={gpu}", f"--query-gpu={fields}", "--format=csv,noheader,nounits"]
-        self.cmd.append(f"-lms={SAMPLE_MS}")
+        self.cmd = _smi_command(gpu, fields, f"-lms={SAMPLE_MS}")
         self.lines: list[tuple[float, str]] = []
         self.errors = ""
 
@@ -137,13 +139,18 @@ class Sampler:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # Only the reader thread reads stdout (communicate() would read it too); stderr is read once
+        # nvidia-smi has ended (its few error lines never fill the pipe).
         self.proc.terminate()
         try:
-            _, self.errors = self.proc.communicate(timeout=10)
+            self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            _, self.errors = self.proc.communicate()
+            self.proc.wait()
         self.reader.join(timeout=10)
+        self.errors = self.proc.stderr.read()
+        self.proc.stdout.close()
+        self.proc.stderr.close()
 
     def window(self, t0: float, t1: float) -> str:
         return "".join(line for t, line in self.lines if t0 <= t <= t1)
@@ -252,8 +259,9 @@ def run(args: argparse.Namespace) -> int:
     gpu = smi_id(props, torch.cuda.current_device())
     if _smi_query(gpu, "name").returncode != 0:  # an address this nvidia-smi does not take: the index
         gpu = str(torch.cuda.current_device())
-    fields = f"clocks.sm,{first_field(gpu, POWER_FIELDS)},{first_field(gpu, REASON_FIELDS)}"
-    settle_s = SETTLE_S[fields.split(",")[1]]
+    power = first_field(gpu, POWER_FIELDS)
+    fields = f"clocks.sm,{power},{first_field(gpu, REASON_FIELDS)}"
+    settle_s = SETTLE_S[power]
     values = _smi_query(gpu, LIMIT_FIELDS).stdout.strip().split(", ")
     limits = dict(zip(("pci_bus_id", "max_sm_mhz", "power_limit_w"), values, strict=False))  # as far as printed
     ctx = Context(device, "cuda", torch.float8_e4m3fn, kernel)
