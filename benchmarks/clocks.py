@@ -124,6 +124,7 @@ class Sampler:
     with the host's monotonic clock as it arrives, so that `window(t0, t1)` keeps one time window's."""
 
     def __init__(self, gpu: str, fields: str) -> None:
+        self.gpu, self.fields = gpu, fields
         self.cmd = _smi_command(gpu, fields, f"-lms={SAMPLE_MS}")
         self.lines: list[tuple[float, str]] = []
         self.errors = ""
@@ -133,6 +134,7 @@ class Sampler:
             self.lines.append((time.monotonic(), line))
 
     def __enter__(self) -> Sampler:
+        self.lines = []
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -154,6 +156,18 @@ class Sampler:
 
     def window(self, t0: float, t1: float) -> str:
         return "".join(line for t, line in self.lines if t0 <= t <= t1)
+
+
+def open_sampler(torch_mod) -> Sampler:
+    """A Sampler (not started) of the current torch device's SM clock, board power and clock-event reasons,
+    with the field names this nvidia-smi reads."""
+    if shutil.which("nvidia-smi") is None:
+        raise UsageError("needs nvidia-smi on PATH")
+    index = torch_mod.cuda.current_device()
+    gpu = smi_id(torch_mod.cuda.get_device_properties(index), index)
+    if _smi_query(gpu, "name").returncode != 0:  # an address this nvidia-smi does not take: the index
+        gpu = str(index)
+    return Sampler(gpu, f"clocks.sm,{first_field(gpu, POWER_FIELDS)},{first_field(gpu, REASON_FIELDS)}")
 
 
 BATCH = 20  # calls per graph replay (or per eager batch)
@@ -256,12 +270,9 @@ def run(args: argparse.Namespace) -> int:
     kernel, variant, _ = load_kernel(args.build_dir) if "gemm" in args.impls.split(",") else (None, None, None)
     device = torch.device("cuda")
     props = torch.cuda.get_device_properties(device)
-    gpu = smi_id(props, torch.cuda.current_device())
-    if _smi_query(gpu, "name").returncode != 0:  # an address this nvidia-smi does not take: the index
-        gpu = str(torch.cuda.current_device())
-    power = first_field(gpu, POWER_FIELDS)
-    fields = f"clocks.sm,{power},{first_field(gpu, REASON_FIELDS)}"
-    settle_s = SETTLE_S[power]
+    sampler = open_sampler(torch)
+    gpu, fields = sampler.gpu, sampler.fields
+    settle_s = SETTLE_S[fields.split(",")[1]]  # the power field open_sampler chose
     values = _smi_query(gpu, LIMIT_FIELDS).stdout.strip().split(", ")
     limits = dict(zip(("pci_bus_id", "max_sm_mhz", "power_limit_w"), values, strict=False))  # as far as printed
     ctx = Context(device, "cuda", torch.float8_e4m3fn, kernel)
@@ -287,7 +298,7 @@ def run(args: argparse.Namespace) -> int:
                 continue
             call, _ = impl.build(ctx, inp, "natural")
             run_batch, launch = batched(call, torch)
-            with Sampler(gpu, fields) as sampler:
+            with sampler:
                 us, calls, t0, t1 = sustained(run_batch, torch, settle_s, args.seconds)
             stats = summarize(parse_samples(sampler.window(t0, t1)))
             if not stats["samples"]:

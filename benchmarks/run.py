@@ -15,6 +15,7 @@ Exit status: 0 when this kernel passed every check, 1 when any of its outputs wa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import importlib.util
 import json
@@ -272,6 +273,42 @@ def speed_of_light(platform_name: str, backend: str, how: str, device, flusher, 
     )
 
 
+# ------------------------------------------------------------------------------------ call by call
+
+
+def time_by_calls(ready, device, budget, rounds, flusher, samples, round_medians, windows, failed) -> None:
+    """--interleave calls: each implementation warmed up on its own (one that fails there is left out,
+    with its reason in `failed`), then all of them timed call by call (timing.time_interleaved), as many
+    repetitions as the budget gives the slowest; the samples cut into `rounds` consecutive stretches give
+    the per-round medians, which the rounds mode reports too."""
+    from .timing import reps_for, time_interleaved, warm_up
+
+    warmed = []  # (impl, fns, seconds per call, host us per call)
+    for impl, _, fns, _ in ready:
+        try:
+            warmed.append((impl, fns, *warm_up(fns, device, budget)))
+        except Exception as e:
+            failed[impl.name] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+    if not warmed:
+        return
+    reps = reps_for(budget, max(w[2] for w in warmed))
+    t0 = time.monotonic()
+    try:
+        got = time_interleaved([w[1] for w in warmed], device, reps, [w[3] for w in warmed], flusher)
+    except Exception as e:  # which call failed is not known: none of them is timed
+        for impl, *_ in warmed:
+            failed[impl.name] = f"interleaved timing: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
+        return
+    window = (t0, time.monotonic())
+    stretch = -(-reps // max(1, rounds))
+    for (impl, *_), times in zip(warmed, got, strict=True):
+        samples[impl.name] = times
+        round_medians[impl.name] = [
+            round(statistics.median(times[i : i + stretch]), 3) for i in range(0, len(times), stretch)
+        ]
+        windows[impl.name] = [window]
+
+
 # ------------------------------------------------------------------------------------------- main
 
 
@@ -294,6 +331,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         default=None,
         help="interleaved timing rounds per shape, implementations reordered each round (default 3 GPU, 1 CPU)",
+    )
+    p.add_argument(
+        "--interleave",
+        choices=("rounds", "calls"),
+        default="rounds",
+        help="how the implementations of a shape share the GPU's time: in --rounds rounds of blocks, in a "
+        "different order each round (default), or call by call, every repetition running each once",
+    )
+    p.add_argument(
+        "--clocks",
+        action="store_true",
+        help="NVIDIA: sample the SM clock, board power and clock-event reasons (nvidia-smi, every 50 ms) "
+        "while each implementation is timed; their medians go into its record",
     )
     p.add_argument(
         "--peak",
@@ -326,6 +376,7 @@ def main(argv: list[str] | None = None, kernel: ModuleType | None = None) -> int
 def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
     import torch
 
+    from . import clocks as clocks_mod
     from . import impls as impls_mod
     from . import plot as plot_mod
     from . import report
@@ -403,6 +454,14 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
     rounds = args.rounds or (1 if device.type == "cpu" or args.quick else 3)
     round_budget = budget.per_round(rounds)
     flusher = Flusher(device)
+    sampler = None
+    if args.clocks:
+        if backend != "cuda":
+            raise UsageError("--clocks needs an NVIDIA GPU (nvidia-smi)")
+        try:
+            sampler = clocks_mod.open_sampler(torch)
+        except clocks_mod.UsageError as e:
+            raise UsageError(f"--clocks: {e}") from e
     out_dir = args.out or (REPO / "benchmarks" / "results" / platform_name)
     torch.backends.cuda.matmul.allow_tf32 = False
 
@@ -431,76 +490,90 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
     if sol is not None:
         print(f"speed of light: {sol.peak_tflops} TFLOP/s, {sol.bandwidth_tbps} TB/s ({sol.source})", file=sys.stderr)
 
-    steps = sum(1 for _ in shapes for lay in layouts for i in active if lay in i.layouts)
-    progress = Progress(steps, enabled=not args.no_progress)
-    records: list[dict] = []
-    refused: list[dict] = []
-    gen = torch.Generator().manual_seed(args.seed)
-    for shape in shapes:
-        sets = [make_inputs(shape, device, fp8_dtype, gen) for _ in range(nsets)]
-        op_ref = reference(sets[0])
-        op_terms = magnitude(sets[0]) if allowance else None
-        for layout in layouts:
-            # Build and check every implementation first, then time them interleaved (timing.py says why).
-            ready = []  # (impl, where, fns, verdict)
-            for impl in active:
-                if layout not in impl.layouts:
-                    continue
-                progress.step(f"{shape.id} {layout} {impl.name}")
-                where = {"m": shape.m, "n": shape.n, "k": shape.k, "layout": layout, "impl": impl.name}
-                try:
-                    built = [impl.build(ctx, s, layout) for s in sets]
-                    fns = [b[0] for b in built]
-                    out = fns[0]()
-                    own_ref = built[0][1]  # a peer that computes on other inputs: (its ref, its terms)
-                    ref, terms = own_ref() if own_ref is not None else (op_ref, op_terms)
-                    verdict = check(out, ref, terms, allowance)
-                    del ref, terms
-                    del out, built
-                except Exception as e:  # a peer that cannot run this shape: say why, keep going
-                    refused.append({**where, "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"})
-                    continue
-                if not verdict.ok:
-                    refused.append({**where, "reason": f"wrong result: {verdict.message}"})
-                    continue
-                ready.append((impl, where, fns, verdict))
-            samples: dict[str, list[float]] = {impl.name: [] for impl, *_ in ready}
-            round_medians: dict[str, list[float]] = {impl.name: [] for impl, *_ in ready}
-            failed: set[str] = set()
-            for r in range(rounds if ready else 0):
-                for impl, where, fns, _ in round_order(ready, r, rounds):
-                    if impl.name in failed:
+    # The sampler (--clocks) runs for the whole measurement and must end with it, whatever happens.
+    with contextlib.ExitStack() as stack:
+        if sampler is not None:
+            stack.enter_context(sampler)
+        steps = sum(1 for _ in shapes for lay in layouts for i in active if lay in i.layouts)
+        progress = Progress(steps, enabled=not args.no_progress)
+        records: list[dict] = []
+        refused: list[dict] = []
+        gen = torch.Generator().manual_seed(args.seed)
+        for shape in shapes:
+            sets = [make_inputs(shape, device, fp8_dtype, gen) for _ in range(nsets)]
+            op_ref = reference(sets[0])
+            op_terms = magnitude(sets[0]) if allowance else None
+            for layout in layouts:
+                # Build and check every implementation first, then time them interleaved (timing.py says why).
+                ready = []  # (impl, where, fns, verdict)
+                for impl in active:
+                    if layout not in impl.layouts:
                         continue
+                    progress.step(f"{shape.id} {layout} {impl.name}")
+                    where = {"m": shape.m, "n": shape.n, "k": shape.k, "layout": layout, "impl": impl.name}
                     try:
-                        got = time_samples(fns, device, round_budget, flusher)
-                        samples[impl.name] += got
-                        round_medians[impl.name].append(round(statistics.median(got), 3))
-                    except Exception as e:
-                        failed.add(impl.name)
+                        built = [impl.build(ctx, s, layout) for s in sets]
+                        fns = [b[0] for b in built]
+                        out = fns[0]()
+                        own_ref = built[0][1]  # a peer that computes on other inputs: (its ref, its terms)
+                        ref, terms = own_ref() if own_ref is not None else (op_ref, op_terms)
+                        verdict = check(out, ref, terms, allowance)
+                        del ref, terms
+                        del out, built
+                    except Exception as e:  # a peer that cannot run this shape: say why, keep going
                         refused.append({**where, "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"})
-            for impl, where, _, verdict in ready:
-                if impl.name in failed:
-                    continue
-                t = summarize(samples[impl.name])
-                records.append(
-                    {
-                        **where,
-                        "us": round(t.us, 3),
-                        "us_min": round(t.us_min, 3),
-                        "us_max": round(t.us_max, 3),
-                        "reps": t.reps,
-                        "round_us": round_medians[impl.name],
-                        "tflops": float(f"{shape.flops / (t.us * 1e-6) / 1e12:.5g}"),
-                        "pct_sol": None if sol is None else round(sol.pct(shape.m, shape.n, shape.k, t.us), 3),
-                        "check": verdict.mode,
-                        "outside_tol": verdict.bad,
-                        "max_abs_err": verdict.max_abs_err,
-                        "rel_err": verdict.rel_fro_err,
-                    }
-                )
-            ready = samples = round_medians = None
-        del sets, op_ref, op_terms
-    progress.close()
+                        continue
+                    if not verdict.ok:
+                        refused.append({**where, "reason": f"wrong result: {verdict.message}"})
+                        continue
+                    ready.append((impl, where, fns, verdict))
+                samples: dict[str, list[float]] = {impl.name: [] for impl, *_ in ready}
+                round_medians: dict[str, list[float]] = {impl.name: [] for impl, *_ in ready}
+                windows: dict[str, list[tuple[float, float]]] = {impl.name: [] for impl, *_ in ready}
+                failed: dict[str, str] = {}  # impl name -> why its timing failed
+                if args.interleave == "calls":
+                    time_by_calls(ready, device, budget, rounds, flusher, samples, round_medians, windows, failed)
+                for r in range(rounds if ready and args.interleave == "rounds" else 0):
+                    for impl, _, fns, _ in round_order(ready, r, rounds):
+                        if impl.name in failed:
+                            continue
+                        try:
+                            t0 = time.monotonic()
+                            got = time_samples(fns, device, round_budget, flusher)
+                            windows[impl.name].append((t0, time.monotonic()))
+                            samples[impl.name] += got
+                            round_medians[impl.name].append(round(statistics.median(got), 3))
+                        except Exception as e:
+                            failed[impl.name] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+                for impl, where, _, verdict in ready:
+                    if impl.name in failed:
+                        refused.append({**where, "reason": failed[impl.name]})
+                        continue
+                    t = summarize(samples[impl.name])
+                    clock = None
+                    if sampler is not None:
+                        lines = "".join(sampler.window(t0, t1) for t0, t1 in windows[impl.name])
+                        clock = clocks_mod.summarize(clocks_mod.parse_samples(lines))
+                    records.append(
+                        {
+                            **where,
+                            "us": round(t.us, 3),
+                            "us_min": round(t.us_min, 3),
+                            "us_max": round(t.us_max, 3),
+                            "reps": t.reps,
+                            "round_us": round_medians[impl.name],
+                            "tflops": float(f"{shape.flops / (t.us * 1e-6) / 1e12:.5g}"),
+                            "pct_sol": None if sol is None else round(sol.pct(shape.m, shape.n, shape.k, t.us), 3),
+                            "check": verdict.mode,
+                            "outside_tol": verdict.bad,
+                            "max_abs_err": verdict.max_abs_err,
+                            "rel_err": verdict.rel_fro_err,
+                            **({} if clock is None else {"clock": clock}),
+                        }
+                    )
+                ready = samples = round_medians = None
+            del sets, op_ref, op_terms
+        progress.close()
 
     natural_only = {i.name for i in impls_mod.IMPLS if i.layouts == ("natural",)}
     report.add_ratios(records, natural_only)
@@ -524,6 +597,8 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
             "flush_bytes": flusher.nbytes,
             "budget": budget.__dict__,
             "rounds": rounds,
+            "interleave": args.interleave,
+            "clocks": None if sampler is None else {"nvidia_smi": sampler.cmd[1:3], "sample_ms": clocks_mod.SAMPLE_MS},
             "tolerance": (
                 f"elementwise |out - ref| <= {ATOL} + {RTOL} |ref| against the fp32 reference"
                 + (

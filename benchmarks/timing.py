@@ -7,8 +7,10 @@ each call (the op is synchronous on CPU).
 
 Interleaving: a GPU that caps its power (the H200 here) runs slower the longer it is loaded, so timing
 each implementation in one block favours whichever runs first. `benchmarks.run` therefore times all of a
-shape's implementations in several rounds, in a different order each round (round_order), and takes each
-one's median over all its samples.
+shape's implementations either in several rounds of blocks, in a different order each round (round_order,
+`--interleave rounds`), or call by call (time_interleaved, `--interleave calls`: every repetition
+runs each implementation once, so all of them sample the same stretch of clock and power states), and
+takes each one's median over all its samples.
 """
 
 from __future__ import annotations
@@ -129,14 +131,12 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_samples(
-    fns: Sequence[Callable[[], object]], device: torch.device, budget: Budget, flush: Flusher | None
-) -> list[float]:
-    """Times (us) of calls rotated over `fns` (one per input set), after a warm-up."""
+def warm_up(fns: Sequence[Callable[[], object]], device: torch.device, budget: Budget) -> tuple[float, float]:
+    """Runs the warm-up calls; (seconds per call, the host's longest own time per call in us). Launch
+    returns before the GPU finishes, so the host time is what the flush's spin must cover; the first call
+    may initialise things, so it does not count."""
     if not fns:
-        raise ValueError("time_fns: no function to time")
-    # Warm-up, also giving a first estimate of one call and of the host's own time per call (launch
-    # returns before the GPU finishes; the first call may initialise things, so it does not count).
+        raise ValueError("warm_up: no function to time")
     n = 0
     host_us = 0.0
     t0 = time.perf_counter()
@@ -147,27 +147,61 @@ def time_samples(
             host_us = max(host_us, (time.perf_counter() - t_call) * 1e6)
         n += 1
         sync(device)
-    estimate = max((time.perf_counter() - t0) / n, 1e-7)
-    spin_us = 1.5 * host_us + 20.0
-    reps = int(min(budget.reps_max, max(budget.reps_min, budget.target_s / estimate)))
+    return max((time.perf_counter() - t0) / n, 1e-7), host_us
+
+
+def reps_for(budget: Budget, estimate_s: float) -> int:
+    """How many timed calls the budget gives a call of `estimate_s` seconds."""
+    return int(min(budget.reps_max, max(budget.reps_min, budget.target_s / estimate_s)))
+
+
+def time_samples(
+    fns: Sequence[Callable[[], object]], device: torch.device, budget: Budget, flush: Flusher | None
+) -> list[float]:
+    """Times (us) of calls rotated over `fns` (one per input set), after a warm-up."""
+    if not fns:
+        raise ValueError("time_fns: no function to time")
+    estimate, host_us = warm_up(fns, device, budget)
+    return time_interleaved([fns], device, reps_for(budget, estimate), [host_us], flush)[0]
+
+
+def time_interleaved(
+    impl_fns: Sequence[Sequence[Callable[[], object]]],
+    device: torch.device,
+    reps: int,
+    host_us: Sequence[float],
+    flush: Flusher | None,
+) -> list[list[float]]:
+    """Times (us) of `reps` calls of each implementation (impl_fns[i]: its functions, one per input set),
+    interleaved call by call: repetition r runs every implementation once, in round_order(r), so all of
+    them sample the same stretch of the GPU's clock and power states (the H200 caps its power: a block of
+    one kernel's calls runs at the clock the block before it left). host_us[i]: implementation i's host
+    time per call, from its warm-up, which the flush's spin covers. Call-by-call on CUDA, every call
+    between its own pair of device events."""
+    n = len(impl_fns)
+    if any(not fns for fns in impl_fns):
+        raise ValueError("time_interleaved: an implementation without a function to time")
+    order_of = [round_order(range(n), r, reps) for r in range(reps)]
     if device.type == "cuda":
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        for i in range(reps):
-            if flush is not None:
-                flush(spin_us)
-            starts[i].record()
-            fns[i % len(fns)]()
-            ends[i].record()
+        starts = [[torch.cuda.Event(enable_timing=True) for _ in range(reps)] for _ in range(n)]
+        ends = [[torch.cuda.Event(enable_timing=True) for _ in range(reps)] for _ in range(n)]
+        for r in range(reps):
+            for i in order_of[r]:
+                if flush is not None:
+                    flush(1.5 * host_us[i] + 20.0)
+                starts[i][r].record()
+                impl_fns[i][r % len(impl_fns[i])]()
+                ends[i][r].record()
         sync(device)
-        return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=False)]
-    times_us = []
-    for i in range(reps):
-        if flush is not None:
-            flush()
-        t = time.perf_counter()
-        fns[i % len(fns)]()
-        times_us.append((time.perf_counter() - t) * 1e6)
+        return [[s.elapsed_time(e) * 1e3 for s, e in zip(starts[i], ends[i], strict=True)] for i in range(n)]
+    times_us: list[list[float]] = [[] for _ in range(n)]
+    for r in range(reps):
+        for i in order_of[r]:
+            if flush is not None:
+                flush()
+            t = time.perf_counter()
+            impl_fns[i][r % len(impl_fns[i])]()
+            times_us[i].append((time.perf_counter() - t) * 1e6)
     return times_us
 
 

@@ -200,3 +200,56 @@ def test_budget_per_round_shares_the_repetitions():
     r = b.per_round(3)
     assert (r.reps_min, r.reps_max, r.warmup_min) == (7, 67, 5)
     assert abs(r.target_s - 0.25 / 3) < 1e-12
+
+
+def test_interleave_calls_times_every_implementation_in_one_stretch(kernel, tmp_path, monkeypatch):
+    """--interleave calls: one interleaved timing per (shape, layout), every implementation in it with the
+    same number of samples; the per-round medians come from consecutive stretches of them."""
+    from benchmarks import timing
+
+    seen: list[int] = []
+    real = timing.time_interleaved
+
+    def spy(impl_fns, device, reps, host_us, flush):
+        seen.append(len(impl_fns))
+        return real(impl_fns, device, reps, host_us, flush)
+
+    monkeypatch.setattr(timing, "time_interleaved", spy)
+    monkeypatch.setattr(timing, "time_samples", lambda *a: pytest.fail("blocks timed in calls mode"))
+    args = [*TINY, "--out", str(tmp_path), "--no-plot", "--rounds", "2", "--interleave", "calls"]
+    assert run.main([*args, "--impls", "gemm,torch_ref"], kernel=kernel) == 0
+    doc = report.read(next(tmp_path.glob("*.json")))
+    assert doc["config"]["interleave"] == "calls" and doc["config"]["clocks"] is None
+    assert seen == [2, 2], "one interleaved timing per layout, both implementations in it"
+    reps = {rec["reps"] for rec in doc["records"]}
+    assert len(reps) == 1, "every implementation timed the same number of times"
+    for rec in doc["records"]:
+        assert len(rec["round_us"]) == 2 and "clock" not in rec
+        assert rec["us_min"] <= rec["us"] <= rec["us_max"]
+
+
+def test_interleave_calls_leaves_out_an_implementation_that_fails_to_warm_up(kernel, tmp_path, monkeypatch):
+    from benchmarks import timing
+
+    real = timing.warm_up
+
+    def flaky(fns, device, budget):
+        if "_build_torch_ref" in fns[0].__qualname__:
+            raise RuntimeError("out of memory (simulated)")
+        return real(fns, device, budget)
+
+    monkeypatch.setattr(timing, "warm_up", flaky)
+    args = [*TINY, "--out", str(tmp_path), "--no-plot", "--interleave", "calls", "--impls", "gemm,torch_ref"]
+    assert run.main([*args, "--layouts", "natural"], kernel=kernel) == 0
+    doc = report.read(next(tmp_path.glob("*.json")))
+    assert [r["impl"] for r in doc["records"]] == ["gemm"]
+    assert [(r["impl"], r["reason"]) for r in doc["refused"]] == [
+        ("torch_ref", "RuntimeError: out of memory (simulated)")
+    ]
+
+
+def test_clocks_needs_an_nvidia_gpu(kernel, tmp_path, capsys):
+    if kernel.BACKEND != "cpu":
+        pytest.skip("on a GPU machine --clocks may run")
+    assert run.main([*TINY, "--out", str(tmp_path), "--clocks"], kernel=kernel) == 2
+    assert "--clocks needs an NVIDIA GPU" in capsys.readouterr().err

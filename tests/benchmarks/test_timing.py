@@ -1,8 +1,9 @@
-"""benchmarks.timing.round_order: the order of the implementations in each interleaved round."""
+"""benchmarks.timing: the order of the implementations in each interleaved round, and call-by-call interleaving."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from benchmarks.timing import round_order
 
@@ -43,3 +44,54 @@ def test_more_items_than_rounds_spreads_the_first_slot():
 
 def test_empty():
     assert round_order([], 0, 3) == []
+
+
+# ------------------------------------------------------------------ call-by-call interleaving (CPU path)
+
+
+def _recording_impls(n: int, log: list[str], sets: int = 2):
+    """n implementations with `sets` functions each, every call appended to `log` as 'i.set'."""
+    return [[(lambda i=i, s=s: log.append(f"{i}.{s}")) for s in range(sets)] for i in range(n)]
+
+
+class _CountingFlush:
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def __call__(self, spin_us: float = 0.0) -> None:
+        self.log.append("flush")
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_interleaved_runs_every_implementation_once_per_repetition(n):
+    from benchmarks.timing import time_interleaved
+
+    log: list[str] = []
+    times = time_interleaved(_recording_impls(n, log), torch.device("cpu"), 6, [0.0] * n, _CountingFlush(log))
+    assert [len(t) for t in times] == [6] * n and all(x >= 0 for t in times for x in t)
+    calls = [c for c in log if c != "flush"]
+    assert len(log) == 2 * len(calls), "a flush before every call"
+    assert all(log[i] == "flush" for i in range(0, len(log), 2))
+    for r in range(6):
+        rep = calls[r * n : (r + 1) * n]
+        assert sorted(c.split(".")[0] for c in rep) == [str(i) for i in range(n)], rep
+        assert {c.split(".")[1] for c in rep} == {str(r % 2)}, "repetition r uses input set r % sets"
+    if n > 1:
+        firsts = {calls[r * n] for r in range(6)}
+        assert len({f.split(".")[0] for f in firsts}) == n, "each implementation goes first in its turn"
+
+
+def test_interleaved_refuses_an_implementation_without_functions():
+    from benchmarks.timing import time_interleaved
+
+    with pytest.raises(ValueError, match="without a function"):
+        time_interleaved([[lambda: None], []], torch.device("cpu"), 3, [0.0, 0.0], None)
+
+
+def test_reps_for_stays_inside_the_budget():
+    from benchmarks.timing import Budget, reps_for
+
+    b = Budget(1, 0.0, 20, 200, 0.25)
+    assert reps_for(b, 1.0) == 20  # slow calls: the minimum
+    assert reps_for(b, 1e-6) == 200  # fast calls: the maximum
+    assert reps_for(b, 0.0025) == 100
