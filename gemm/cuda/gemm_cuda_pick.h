@@ -36,7 +36,11 @@ constexpr int kDecodeConfig = 9;
 // The hand-written kernel with 192x144 tiles (three consumer warpgroups, like 192x128).
 constexpr int kTall144Config = 10;
 // How many configurations gemm_cuda.cu's table has (it asserts so).
-constexpr int kConfigCount = kTall144Config + 1;
+// The hand-written kernel with two batch accumulators (a block promoted while the next one's batch runs):
+// 128x96 and 128x128 tiles.
+constexpr int kNarrow96TwoAccConfig = 11;
+constexpr int kSquare128TwoAccConfig = 12;
+constexpr int kConfigCount = kSquare128TwoAccConfig + 1;
 
 // How many tiles of `tile` cover `extent` (the last maybe partial).
 inline int64_t ceil_div(int64_t extent, int64_t tile) { return (extent + tile - 1) / tile; }

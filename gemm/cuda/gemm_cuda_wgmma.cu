@@ -262,7 +262,9 @@ struct Schedule {
   }
 };
 
-template <int BN, int kConsumers>
+// kTwoAcc: two batch accumulators per consumer warpgroup, so that each K block's batch runs on the tensor
+// cores while the previous block is promoted (out + 2 x BN / 2 registers: BN <= 128 with two consumers).
+template <int BN, int kConsumers, bool kTwoAcc>
 __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
     wgmma_gemm_kernel(__grid_constant__ CUtensorMap const map_x, __grid_constant__ CUtensorMap const map_w,
                       __grid_constant__ CUtensorMap const map_d, __nv_bfloat16 *d, int64_t ldd,
@@ -270,6 +272,7 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
                       float *partials, unsigned *counters) {
 #ifdef GEMM_WGMMA_DEVICE
   using L = Layout<BN, kConsumers>;
+  static_assert(!kTwoAcc || (kConsumers == 2 && BN <= 128), "two batch accumulators fit 2 consumers, BN <= 128");
   constexpr int kBlockM = L::kBlockM;
   extern __shared__ uint8_t smem_raw[];
   // Aligned in the shared address space itself (32-bit arithmetic): aligning the generic pointer made
@@ -336,6 +339,7 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   uint32_t const out_base = base + L::kOffOut + cw * (BN / 64) * kOutChunk;
   float out[BN / 2];
   float acc[BN / 2];
+  float acc2[kTwoAcc ? BN / 2 : 1];
   // Stage s's descriptors are these plus s stages (addresses in 16-byte units, all below 2^14).
   uint64_t const desc_a0 = kmajor_sw128_desc(base + cw * 64 * kBlockK);
   uint64_t const desc_b0 = kmajor_sw128_desc(base + L::kOffB);
@@ -384,8 +388,72 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
       if (kb + 1 != kb1 && !probed) bar_wait(full_bar + 8 * ns, nparity);
       s = ns;
     };
-    k_block(kb0, std::true_type{});
-    for (int kb = kb0 + 1; kb < kb1; ++kb) k_block(kb, std::false_type{});
+    if constexpr (kTwoAcc) {
+      // Block kb's batch goes into acc or acc2 in turn and block kb - 1 is promoted while it runs. Each
+      // array is named statically (the loop goes two blocks a round), so that ptxas sees the registers read
+      // after wait<1> belong to a retired batch. A batch's stage and scales travel with it to its promotion.
+      struct Batch {
+        int stage;
+        float a0, a1, b0, b1;
+      };
+      auto issue = [&](float *cur) {
+        issue_batch<BN>(cur, desc_a0 + static_cast<uint64_t>(s * (L::kBytesA >> 4)),
+                        desc_b0 + static_cast<uint64_t>(s * (L::kBytesB >> 4)));
+        uint32_t const stage_scales = s * L::kBytesScale;
+        float2 const b = ld_shared_f32x2(scale_w0 + stage_scales);
+        Batch const batch{s, ld_shared_f32(scale_x0 + stage_scales), ld_shared_f32(scale_x0 + stage_scales + 32),
+                          b.x, b.y};
+        ++it;
+        s = ring_stage<L::kStages>(it);
+        return batch;
+      };
+      auto wait_stage = [&] { bar_wait(full_bar + 8 * s, ring_parity<L::kStages>(it)); };
+      auto retire = [&](float *done, Batch const &batch, auto first) {  // `done`'s batch has completed
+        fence_all<BN>(done);
+        bar_arrive(empty_bar + 8 * batch.stage);
+        promote_cols<BN, decltype(first)::value>(unaligned, offset, out, done, batch.a0, batch.a1, batch.b0,
+                                                 batch.b1);
+      };
+      Batch batch = issue(acc);
+      if (pending) {
+        store_block<BN>(out, out_base, &map_d, d, ldd, store_row, store_col, M, N, 1 + cw, t128);
+        pending = false;
+      }
+      int left = kb1 - kb0 - 1;  // blocks not issued yet
+      if (left == 0) {
+        cute::warpgroup_wait<0>();
+        retire(acc, batch, std::true_type{});
+      } else {
+        wait_stage();
+        Batch batch2 = issue(acc2);
+        cute::warpgroup_wait<1>();
+        retire(acc, batch, std::true_type{});
+        for (--left; left >= 2; left -= 2) {  // acc2 in flight
+          wait_stage();
+          batch = issue(acc);
+          cute::warpgroup_wait<1>();
+          retire(acc2, batch2, std::false_type{});
+          wait_stage();
+          batch2 = issue(acc2);
+          cute::warpgroup_wait<1>();
+          retire(acc, batch, std::false_type{});
+        }
+        if (left == 1) {
+          wait_stage();
+          batch = issue(acc);
+          cute::warpgroup_wait<1>();
+          retire(acc2, batch2, std::false_type{});
+          cute::warpgroup_wait<0>();
+          retire(acc, batch, std::false_type{});
+        } else {
+          cute::warpgroup_wait<0>();
+          retire(acc2, batch2, std::false_type{});
+        }
+      }
+    } else {
+      k_block(kb0, std::true_type{});
+      for (int kb = kb0 + 1; kb < kb1; ++kb) k_block(kb, std::false_type{});
+    }
 
     if (piece >= 0) {  // slots: (split tile, piece, consumer warpgroup) blocks of 64 x BN floats
       int const split = t - sched.dp_tiles;  // which split tile
@@ -444,7 +512,7 @@ size_t workspace_wgmma(GemmArgs const &g) {
   return partials_bytes<BN, kConsumers>(sched) + counter_bytes<kConsumers>(sched);
 }
 
-template <int BN, int kConsumers>
+template <int BN, int kConsumers, bool kTwoAcc = false>
 int run_wgmma(GemmArgs const &g, void *workspace, cudaStream_t stream) {
   using L = Layout<BN, kConsumers>;
   constexpr int kBlockM = L::kBlockM;
@@ -470,7 +538,7 @@ int run_wgmma(GemmArgs const &g, void *workspace, cudaStream_t stream) {
     if (err != cudaSuccess) return -static_cast<int>(err);
   }
   int const grid = std::min(sched.units(), g.sm_count);
-  cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN, kConsumers>>(
+  cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN, kConsumers, kTwoAcc>>(
       grid, L::kThreads, L::kSmem, g.device, stream, g.pdl, map_x, map_w, map_d, static_cast<__nv_bfloat16 *>(g.d),
       g.ldd, g.sx, g.sw, g.M, g.N, sched, partials, counters);
   return -static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
@@ -493,5 +561,13 @@ char const *const kNameCfg8 = "wgmma_192x128_persistent";
 size_t workspace_cfg10(GemmArgs const &g) { return workspace_wgmma<144, 3>(g); }
 int run_cfg10(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<144, 3>(g, ws, stream); }
 char const *const kNameCfg10 = "wgmma_192x144_persistent";
+
+size_t workspace_cfg11(GemmArgs const &g) { return workspace_wgmma<96, 2>(g); }
+int run_cfg11(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<96, 2, true>(g, ws, stream); }
+char const *const kNameCfg11 = "wgmma_128x96_two_acc_persistent";
+
+size_t workspace_cfg12(GemmArgs const &g) { return workspace_wgmma<128, 2>(g); }
+int run_cfg12(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 2, true>(g, ws, stream); }
+char const *const kNameCfg12 = "wgmma_128x128_two_acc_persistent";
 
 }  // namespace gemm_cuda

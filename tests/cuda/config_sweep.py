@@ -2,8 +2,10 @@
 
 For each shape: named variants of the natural-layout call (the heuristic's pick, forced configurations
 with scheduler knobs, K slices) and torch's blockwise FP8, each first checked against the fp32 reference
-(the cuda backend's rule) and then timed the way benchmarks.run times (interleaved rounds, L2 flushed,
-device time only). Prints a table and writes config_sweep.json to --out.
+(the cuda backend's rule) and then timed the way benchmarks.run times (L2 flushed, device time only;
+interleaved call by call by default, `--interleave rounds` for blocks in rotated rounds). Prints a table
+and writes config_sweep.json to --out; with call-by-call timing each row also gives torch's time over
+each variant's in `--rounds` consecutive stretches (`<variant>_vs_torch`), which say how steady the ratio is.
 
     python3 tests/cuda/config_sweep.py --out DIR [--shapes challenge,8192x8192x8192]
         [--variants pick,c6,c7,c7r2,c5k4,torch]
@@ -38,7 +40,15 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.impls import _blockwise, blockwise_scale_a, blockwise_scale_b, pertensor_fp8  # noqa: E402
 from benchmarks.problem import check, magnitude, make_inputs, parse_shapes, reference  # noqa: E402
-from benchmarks.timing import Budget, Flusher, round_order, time_samples  # noqa: E402
+from benchmarks.timing import (  # noqa: E402
+    Budget,
+    Flusher,
+    reps_for,
+    round_order,
+    time_interleaved,
+    time_samples,
+    warm_up,
+)
 from tests.cuda.device_check import load_jit  # noqa: E402
 
 _KNOB = re.compile(r"([rspko])(\d+)")
@@ -94,13 +104,15 @@ def main() -> int:
     ap.add_argument("--variants", default="pick,c6,c7,c7r2,torch")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="benchmarks' quick budget (fewer repetitions)")
+    ap.add_argument("--interleave", choices=("calls", "rounds"), default="calls")
     args = ap.parse_args()
     specs = args.variants.split(",")
     knobs_of = {spec: parse_variant(spec) for spec in specs}
     mod = load_jit()
     dev = torch.device("cuda")
     flush = Flusher(dev)
-    budget = Budget.for_device("cuda", quick=args.quick).per_round(args.rounds)
+    whole_budget = Budget.for_device("cuda", quick=args.quick)
+    budget = whole_budget.per_round(args.rounds)
     gen = torch.Generator().manual_seed(3)
     rows = []
     for shape in parse_shapes(args.shapes):
@@ -125,7 +137,24 @@ def main() -> int:
             variants[spec] = fns
         samples: dict[str, list[float]] = {spec: [] for spec in variants}
         names = list(variants)
-        for r in range(args.rounds):
+        if args.interleave == "calls" and names:
+            warmed = [warm_up(variants[spec], dev, whole_budget) for spec in names]
+            reps = reps_for(whole_budget, max(est for est, _ in warmed))
+            got = time_interleaved([variants[s] for s in names], dev, reps, [h for _, h in warmed], flush)
+            samples = dict(zip(names, got, strict=True))
+            if "torch" in samples:  # torch's time over each variant's, stretch by stretch
+                step = -(-reps // args.rounds)
+                cut = range(0, reps, step)
+                for spec in names:
+                    row[f"{spec}_vs_torch"] = [
+                        round(
+                            statistics.median(samples["torch"][i : i + step])
+                            / statistics.median(samples[spec][i : i + step]),
+                            4,
+                        )
+                        for i in cut
+                    ]
+        for r in range(args.rounds if args.interleave == "rounds" else 0):
             for spec in round_order(names, r, args.rounds):
                 samples[spec] += time_samples(variants[spec], dev, budget, flush)
         for spec in names:

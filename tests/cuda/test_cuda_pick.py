@@ -22,7 +22,7 @@ SMS = 132  # pick_tuning's H100/H200 SM count
 # Configuration ids (gemm_cuda_pick.h, and the table in gemm_cuda.cu).
 COOP_128, STREAM_K, PINGPONG_64, KSLICED = 0, 1, 2, 5
 WGMMA_128x128, WGMMA_128x192, WGMMA_192x128, DECODE, WGMMA_192x144 = 6, 7, 8, 9, 10
-CONFIGS = 11
+CONFIGS = 13
 
 _MAIN = r"""
 #include <cstdio>
