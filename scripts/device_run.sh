@@ -33,7 +33,9 @@ rc=0
 # 2 slices of 16 K blocks, round its stage ring twice), shape 2 the K-sliced path, shapes 3-5 the
 # hand-written kernel (128x192, 192x128 and 128x128 tiles), shape 8 its 128x128 form with a split tail,
 # shape 9 its 192x144 form, shape 10 (memcheck only) its 128x192 form with a split tail and the overlapped
-# store. (The split mode's default specs below take the first 5 and 7: the shapes before the 192x144 one.)
+# store, shape 11 (memcheck only) its 128x96 form with two batch accumulators. (The split mode's default
+# specs below take the first 5 and 7: the shapes before the 192x144 one.) SANITIZE_SHAPES="MxNxK ...":
+# those shapes instead, e.g. racecheck on shapes 10-11 in a call of its own.
 # run_sanitizer TIMEOUT TOOL LOG ARGS...: tests/cuda/sanitize_calls.py ARGS under compute-sanitizer; an
 # error or a wrong result fails the call (rc=1).
 run_sanitizer() {
@@ -48,8 +50,10 @@ sanitize() {
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     # racecheck takes the 10th's split tail in split mode (within its own timeout); it needs more than 200 s
     # for its 9 shapes since the 192x144 one joined (run 100 stopped after 8, no hazard)
-    n=10 limit=200; [ $tool = racecheck ] && n=9 limit=320
-    run_sanitizer $limit $tool "$OUT/sanitizer_$tool.log" --kernel-dir build --shapes $n
+    n=11 limit=240; [ "$tool" = racecheck ] && n=9 limit=320
+    sel=(--shapes "$n")
+    if [ -n "${SANITIZE_SHAPES:-}" ]; then sel=(); for s in $SANITIZE_SHAPES; do sel+=(--shape "$s"); done; fi
+    run_sanitizer "$limit" "$tool" "$OUT/sanitizer_$tool.log" --kernel-dir build "${sel[@]}"
   done
 }
 # Every JIT load (tests/cuda/device_check.load_jit) links .cache/cuda_prebuilt/*.o when carried, so all

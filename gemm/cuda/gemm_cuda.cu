@@ -36,7 +36,6 @@ ConfigEntry const kConfigs[] = {
     {kNameCfg6, &workspace_cfg6, &run_cfg6}, {kNameCfg7, &workspace_cfg7, &run_cfg7},
     {kNameCfg8, &workspace_cfg8, &run_cfg8}, {kNameCfg9, &workspace_cfg9, &run_cfg9},
     {kNameCfg10, &workspace_cfg10, &run_cfg10}, {kNameCfg11, &workspace_cfg11, &run_cfg11},
-    {kNameCfg12, &workspace_cfg12, &run_cfg12},
 };
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
 static_assert(kNumConfigs == kConfigCount, "gemm_cuda_pick.h names every configuration of kConfigs");

@@ -100,7 +100,6 @@ GEMM_CUDA_DECLARE_CONFIG(8)
 GEMM_CUDA_DECLARE_CONFIG(9)  // decode-like shapes, M <= 64 (gemm_cuda_decode.cu)
 GEMM_CUDA_DECLARE_CONFIG(10)  // the hand-written kernel's 192x144 tiles (gemm_cuda_wgmma.cu)
 GEMM_CUDA_DECLARE_CONFIG(11)  // its 128x96 tiles with two batch accumulators
-GEMM_CUDA_DECLARE_CONFIG(12)  // its 128x128 tiles with two batch accumulators
 
 #undef GEMM_CUDA_DECLARE_CONFIG
 

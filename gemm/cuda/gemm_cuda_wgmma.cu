@@ -566,8 +566,4 @@ size_t workspace_cfg11(GemmArgs const &g) { return workspace_wgmma<96, 2>(g); }
 int run_cfg11(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<96, 2, true>(g, ws, stream); }
 char const *const kNameCfg11 = "wgmma_128x96_two_acc_persistent";
 
-size_t workspace_cfg12(GemmArgs const &g) { return workspace_wgmma<128, 2>(g); }
-int run_cfg12(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 2, true>(g, ws, stream); }
-char const *const kNameCfg12 = "wgmma_128x128_two_acc_persistent";
-
 }  // namespace gemm_cuda

@@ -31,7 +31,8 @@ from benchmarks.problem import parse_shapes  # noqa: E402  (device_check put the
 # 4096): the 128x128 form with each tile cut into 3 K pieces summed in the kernel (a split tail); (5800,
 # 568, 4096): the 192x144 form, its last M tile 40 rows, and in its last N tile one of the two directly
 # stored 8-column groups written and the other past N; (1000, 4200, 4096): the 128x192 form past a wave,
-# its last 44 tiles in 3 K pieces, the store overlapped.
+# its last 44 tiles in 3 K pieces, the store overlapped; (1000, 1500, 4224): its 128x96 form with two batch
+# accumulators, partial M and N tiles, an odd count of K blocks (33) and a padded output (N % 8 = 4).
 SHAPES = [
     (64, 576, 256),
     (512, 1024, 4096),
@@ -43,6 +44,7 @@ SHAPES = [
     (256, 2304, 4096),
     (5800, 568, 4096),
     (1000, 4200, 4096),
+    (1000, 1500, 4224),
     (200, 300, 640),
     (96, 1024, 256),
     (256, 512, 384),

@@ -52,6 +52,8 @@ SHAPES = [
     (6144, 576, 7168),  # hand-written 192x144 kernel: one wave of 128 tiles, N tiles straddling w_scale blocks
     (5800, 556, 4096),  # 192x144, 40-row last M tile, N % 8 != 0, last N tile's direct-stored columns past N
     (5800, 568, 4096),  # 192x144, last N tile: one directly stored 8-column group written, one past N
+    (1024, 1536, 4096),  # hand-written 128x96 kernel with two batch accumulators: one wave of 128 tiles
+    (1000, 1500, 4224),  # 128x96 two accumulators: partial M and N tiles, 33 K blocks (odd), N % 8 != 0
     (1, 4096, 1024),  # decode kernel, one K slice
     (32, 4096, 4096),  # decode kernel, 32 rows, 2 K slices
     (64, 4096, 2048),  # decode kernel: 64 rows against 64 w tiles (up to a wave of them: run 91)

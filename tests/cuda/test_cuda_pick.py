@@ -21,8 +21,8 @@ SMS = 132  # pick_tuning's H100/H200 SM count
 
 # Configuration ids (gemm_cuda_pick.h, and the table in gemm_cuda.cu).
 COOP_128, STREAM_K, PINGPONG_64, KSLICED = 0, 1, 2, 5
-WGMMA_128x128, WGMMA_128x192, WGMMA_192x128, DECODE, WGMMA_192x144 = 6, 7, 8, 9, 10
-CONFIGS = 13
+WGMMA_128x128, WGMMA_128x192, WGMMA_192x128, DECODE, WGMMA_192x144, WGMMA_128x96_TWO_ACC = 6, 7, 8, 9, 10, 11
+CONFIGS = 12
 
 _MAIN = r"""
 #include <cstdio>
@@ -67,7 +67,7 @@ def picks(exe: Path, shapes) -> dict[tuple[int, int, int], dict[str, int]]:
 # The challenge shapes and 8192^3: the configuration each takes, and the knob that matters, as measured
 # (NOTES.md; the run that settled each pick in brackets).
 CHALLENGE_PICKS = {
-    (1024, 1536, 7168): {"cfg": COOP_128},  # runs 83, 95, 99: 128x96 tiles and split tails no faster
+    (1024, 1536, 7168): {"cfg": WGMMA_128x96_TWO_ACC},  # run 107 (runs 83, 95, 99: split tails no faster)
     (1024, 3072, 1536): {"cfg": WGMMA_128x192},  # run 13
     (1024, 576, 7168): {"cfg": WGMMA_128x128, "splits": 3},  # runs 46-47
     (1024, 7168, 256): {"cfg": WGMMA_192x128},  # runs 34-67
@@ -141,3 +141,16 @@ def test_192x144_tiles_only_for_one_full_wave_of_full_tiles(pick_program):
         assert m >= 0.9 * 192 * tiles_m and n >= 0.9 * 144 * tiles_n, (m, n, k)
     # a 128-row M would leave a third of every tile's rows on padding
     assert all(m > 128 for m, _, _ in chosen)
+
+
+def test_128x96_tiles_only_for_one_full_wave_of_full_tiles_at_deep_k(pick_program):
+    """Configuration 11 was measured where 128x96 tiles fill one wave of the 132 SMs and 128x128 ones leave a
+    quarter idle, at K >= 4096 (run 107); elsewhere its narrow tiles lose (runs 95, 99)."""
+    extra = [(1024, 1536, 4096), (1024, 1536, 16384), (2048, 768, 7168), (512, 3072, 7168), (1000, 1500, 7168)]
+    chosen = [s for s, t in picks(pick_program, GRID + extra).items() if t["cfg"] == WGMMA_128x96_TWO_ACC]
+    assert set(extra) <= set(chosen) and (1024, 1536, 7168) in chosen
+    for m, n, k in chosen:
+        tiles_m, tiles_n = -(-m // 128), -(-n // 96)
+        assert k >= 4096 and 0.9 * SMS <= tiles_m * tiles_n <= SMS, (m, n, k)
+        assert 10 * m >= 9 * 128 * tiles_m and 10 * n >= 9 * 96 * tiles_n, (m, n, k)
+    assert picks(pick_program, [(1024, 1536, 2048)])[(1024, 1536, 2048)]["cfg"] != WGMMA_128x96_TWO_ACC
