@@ -6,7 +6,8 @@
 Loads the op from the variant in --build-dir through `kernels.get_local_kernel` (the way users load it),
 then for every shape and layout: checks each implementation's output against its fp32 reference (a
 wrong result is refused, never timed), times it (warm-up; median of many calls rotated over several
-input sets; last-level cache flushed before each call; device events on GPU, perf_counter on CPU) and
+input sets, interleaved call by call with the other implementations; last-level cache flushed before
+each call; device events on GPU, perf_counter on CPU; --clocks samples the SM clock and power) and
 reports microseconds, TFLOP/s, % of the platform's speed of light and the ratio to every peer.
 Writes <out>/<variant>.json (schema in benchmarks/README.md) and <out>/<variant>.png, prints a table.
 Exit status: 0 when this kernel passed every check, 1 when any of its outputs was wrong, 2 on bad usage.
@@ -330,14 +331,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--rounds",
         type=int,
         default=None,
-        help="interleaved timing rounds per shape, implementations reordered each round (default 3 GPU, 1 CPU)",
+        help="timing rounds per shape: blocks with --interleave rounds, stretches of the interleaved calls "
+        "(their medians reported as round_us) with --interleave calls (default 3 GPU, 1 CPU)",
     )
     p.add_argument(
         "--interleave",
-        choices=("rounds", "calls"),
-        default="rounds",
-        help="how the implementations of a shape share the GPU's time: in --rounds rounds of blocks, in a "
-        "different order each round (default), or call by call, every repetition running each once",
+        choices=("calls", "rounds"),
+        default="calls",
+        help="how the implementations of a shape share the device's time: call by call, every repetition "
+        "running each once, in a rotated order (default: all sample the same clock and power states), or "
+        "in --rounds rounds of blocks, in a different order each round",
     )
     p.add_argument(
         "--clocks",

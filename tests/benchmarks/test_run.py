@@ -169,7 +169,8 @@ def test_loader_without_the_kernels_package(build_dir, variant_dir, monkeypatch)
 
 
 def test_rounds_interleave_every_implementation(kernel, tmp_path, monkeypatch):
-    """--rounds N times each implementation in N rounds, rotating who goes first; the median is over all."""
+    """--interleave rounds --rounds N times each implementation in N blocks, rotating who goes first; the
+    median is over all."""
     from benchmarks import timing
 
     order: list[str] = []
@@ -180,7 +181,8 @@ def test_rounds_interleave_every_implementation(kernel, tmp_path, monkeypatch):
         return real(fns, device, budget, flush)
 
     monkeypatch.setattr(timing, "time_samples", spy)  # run.py imports it from timing at call time
-    args = [*TINY, "--out", str(tmp_path), "--no-plot", "--rounds", "3", "--impls", "gemm,torch_ref"]
+    args = [*TINY, "--out", str(tmp_path), "--no-plot", "--rounds", "3", "--interleave", "rounds"]
+    args += ["--impls", "gemm,torch_ref"]
     assert run.main(args, kernel=kernel) == 0
     doc = report.read(next(tmp_path.glob("*.json")))
     assert doc["config"]["rounds"] == 3
