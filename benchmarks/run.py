@@ -279,10 +279,11 @@ def speed_of_light(platform_name: str, backend: str, how: str, device, flusher, 
 
 def time_by_calls(ready, device, budget, rounds, flusher, samples, round_medians, windows, failed) -> None:
     """--interleave calls: each implementation warmed up on its own (one that fails there is left out,
-    with its reason in `failed`), then all of them timed call by call (timing.time_interleaved), as many
-    repetitions as the budget gives the slowest; the samples cut into `rounds` consecutive stretches give
-    the per-round medians, which the rounds mode reports too."""
-    from .timing import reps_for, time_interleaved, warm_up
+    with its reason in `failed`), then all of them timed call by call (timing.time_interleaved), each as
+    many times as the budget gives its own calls, the fewer calls of a slow one spread over the whole
+    stretch; each one's samples cut into `rounds` consecutive stretches give the per-round medians, which
+    the rounds mode reports too."""
+    from .timing import reps_for, stretches, time_interleaved, warm_up
 
     warmed = []  # (impl, fns, seconds per call, host us per call)
     for impl, _, fns, _ in ready:
@@ -292,7 +293,7 @@ def time_by_calls(ready, device, budget, rounds, flusher, samples, round_medians
             failed[impl.name] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
     if not warmed:
         return
-    reps = reps_for(budget, max(w[2] for w in warmed))
+    reps = [reps_for(budget, w[2]) for w in warmed]
     t0 = time.monotonic()
     try:
         got = time_interleaved([w[1] for w in warmed], device, reps, [w[3] for w in warmed], flusher)
@@ -301,12 +302,9 @@ def time_by_calls(ready, device, budget, rounds, flusher, samples, round_medians
             failed[impl.name] = f"interleaved timing: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
         return
     window = (t0, time.monotonic())
-    stretch = -(-reps // max(1, rounds))
     for (impl, *_), times in zip(warmed, got, strict=True):
         samples[impl.name] = times
-        round_medians[impl.name] = [
-            round(statistics.median(times[i : i + stretch]), 3) for i in range(0, len(times), stretch)
-        ]
+        round_medians[impl.name] = [round(statistics.median(part), 3) for part in stretches(times, rounds)]
         windows[impl.name] = [window]
 
 
@@ -577,6 +575,14 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
                 ready = samples = round_medians = None
             del sets, op_ref, op_terms
         progress.close()
+    if sampler is not None:
+        unsampled = [r for r in records if not r["clock"]["samples"]]
+        if unsampled or sampler.errors.strip():
+            print(
+                f"warning: --clocks: {len(unsampled)} of {len(records)} records without an nvidia-smi sample"
+                + (f"; nvidia-smi said: {sampler.errors.strip()[:300]}" if sampler.errors.strip() else ""),
+                file=sys.stderr,
+            )
 
     natural_only = {i.name for i in impls_mod.IMPLS if i.layouts == ("natural",)}
     report.add_ratios(records, natural_only)

@@ -162,47 +162,72 @@ def time_samples(
     if not fns:
         raise ValueError("time_fns: no function to time")
     estimate, host_us = warm_up(fns, device, budget)
-    return time_interleaved([fns], device, reps_for(budget, estimate), [host_us], flush)[0]
+    return time_interleaved([fns], device, [reps_for(budget, estimate)], [host_us], flush)[0]
 
 
 def time_interleaved(
     impl_fns: Sequence[Sequence[Callable[[], object]]],
     device: torch.device,
-    reps: int,
+    reps: Sequence[int],
     host_us: Sequence[float],
     flush: Flusher | None,
 ) -> list[list[float]]:
-    """Times (us) of `reps` calls of each implementation (impl_fns[i]: its functions, one per input set),
-    interleaved call by call: repetition r runs every implementation once, in round_order(r), so all of
-    them sample the same stretch of the GPU's clock and power states (the H200 caps its power: a block of
-    one kernel's calls runs at the clock the block before it left). host_us[i]: implementation i's host
-    time per call, from its warm-up, which the flush's spin covers. Call-by-call on CUDA, every call
-    between its own pair of device events."""
+    """Times (us) of reps[i] calls of each implementation i (impl_fns[i]: its functions, one per input set,
+    taken in turn), interleaved call by call over max(reps) repetitions: repetition r runs, in
+    round_order(r), every implementation due in it, and one with fewer calls is due at evenly spaced
+    repetitions (is_due), so all of them sample the same stretch of the GPU's clock and power states (the
+    H200 caps its power: a block of one kernel's calls runs at the clock the block before it left), a
+    slow reference as well as a fast kernel. host_us[i]: implementation i's host time per call, from its
+    warm-up, which the flush's spin covers. On CUDA every call lies between its own pair of device events."""
     n = len(impl_fns)
     if any(not fns for fns in impl_fns):
         raise ValueError("time_interleaved: an implementation without a function to time")
-    order_of = [round_order(range(n), r, reps) for r in range(reps)]
+    if len(reps) != n or any(c < 1 for c in reps):
+        raise ValueError(f"time_interleaved: want a call count >= 1 per implementation, got {list(reps)}")
+    total = max(reps)
+    schedule = [[i for i in round_order(range(n), r, total) if is_due(r, reps[i], total)] for r in range(total)]
+    done = [0] * n  # calls made so far, per implementation
     if device.type == "cuda":
-        starts = [[torch.cuda.Event(enable_timing=True) for _ in range(reps)] for _ in range(n)]
-        ends = [[torch.cuda.Event(enable_timing=True) for _ in range(reps)] for _ in range(n)]
-        for r in range(reps):
-            for i in order_of[r]:
+        # all events made up front, so that nothing but the calls runs on the host between them
+        events = [
+            [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(c)]
+            for c in reps
+        ]
+        for r in range(total):
+            for i in schedule[r]:
                 if flush is not None:
                     flush(1.5 * host_us[i] + 20.0)
-                starts[i][r].record()
-                impl_fns[i][r % len(impl_fns[i])]()
-                ends[i][r].record()
+                start, end = events[i][done[i]]
+                start.record()
+                impl_fns[i][done[i] % len(impl_fns[i])]()
+                end.record()
+                done[i] += 1
         sync(device)
-        return [[s.elapsed_time(e) * 1e3 for s, e in zip(starts[i], ends[i], strict=True)] for i in range(n)]
+        return [[s.elapsed_time(e) * 1e3 for s, e in pairs] for pairs in events]
     times_us: list[list[float]] = [[] for _ in range(n)]
-    for r in range(reps):
-        for i in order_of[r]:
+    for r in range(total):
+        for i in schedule[r]:
             if flush is not None:
                 flush()
             t = time.perf_counter()
-            impl_fns[i][r % len(impl_fns[i])]()
+            impl_fns[i][done[i] % len(impl_fns[i])]()
             times_us[i].append((time.perf_counter() - t) * 1e6)
+            done[i] += 1
     return times_us
+
+
+def is_due(r: int, count: int, total: int) -> bool:
+    """Whether an implementation timed `count` times over `total` repetitions runs in repetition r: when
+    r * count / total passes a whole number, so its calls are spread evenly (every repetition when
+    count == total)."""
+    return (r * count) // total < ((r + 1) * count) // total
+
+
+def stretches(samples: Sequence[float], parts: int) -> list[list[float]]:
+    """`samples` cut into `parts` consecutive stretches of (nearly) equal length (fewer when there are
+    fewer samples than parts)."""
+    parts = max(1, min(parts, len(samples)))
+    return [list(samples[j * len(samples) // parts : (j + 1) * len(samples) // parts]) for j in range(parts)]
 
 
 def summarize(times_us: Sequence[float]) -> Timing:

@@ -214,10 +214,12 @@ inline Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   // full (1024x1536x7168: 96 tiles of 128x128, 128 of 128x96), M and N filling them to at least 90 %: the
   // hand-written kernel with 128x96 tiles and two batch accumulators. Measured call by call against
   // torch's blockwise kernel (run 107, tests/cuda/config_sweep.py, 5 stretches each): torch / ours
-  // 1.027-1.037 at 1024x1536x7168 where CUTLASS's 128x128 kernel gave 1.001-1.010; 2.5-7 % faster than
-  // it at 1024x1536 with K = 4096 and 16384, 2048x768x7168, 512x3072x7168 and 1000x1500x7168.
+  // 1.027-1.037 at 1024x1536x7168 where CUTLASS's 128x128 kernel gave 1.001-1.010; 1.6-7 % faster than
+  // it at 1024x1536 with K = 4096 and 16384, 2048x768x7168, 512x3072x7168 and 1000x1500x7168. Only where
+  // 128x128 tiles fill the wave less well (a single full wave of them stays with the rules below).
   int64_t const tiles96 = tile_count(128, 96);
-  if (K >= 4096 && tiles96 <= kSms && 10 * tiles96 >= 9 * kSms && fills(M, 128) && fills(N, 96)) {
+  if (K >= 4096 && tiles96 <= kSms && 10 * tiles96 >= 9 * kSms && fills(M, 128) && fills(N, 96) &&
+      wave_fill(tiles96, kSms) > wave_fill(tiles, kSms) + 0.01) {
     t.cfg = kNarrow96TwoAccConfig;
     return t;
   }

@@ -205,8 +205,8 @@ def test_budget_per_round_shares_the_repetitions():
 
 
 def test_interleave_calls_times_every_implementation_in_one_stretch(kernel, tmp_path, monkeypatch):
-    """--interleave calls: one interleaved timing per (shape, layout), every implementation in it with the
-    same number of samples; the per-round medians come from consecutive stretches of them."""
+    """--interleave calls: one interleaved timing per (shape, layout), every implementation in it; the
+    per-round medians come from consecutive stretches of each one's samples."""
     from benchmarks import timing
 
     seen: list[int] = []
@@ -223,9 +223,8 @@ def test_interleave_calls_times_every_implementation_in_one_stretch(kernel, tmp_
     doc = report.read(next(tmp_path.glob("*.json")))
     assert doc["config"]["interleave"] == "calls" and doc["config"]["clocks"] is None
     assert seen == [2, 2], "one interleaved timing per layout, both implementations in it"
-    reps = {rec["reps"] for rec in doc["records"]}
-    assert len(reps) == 1, "every implementation timed the same number of times"
     for rec in doc["records"]:
+        assert rec["reps"] >= 2  # the CPU quick budget's minimum
         assert len(rec["round_us"]) == 2 and "clock" not in rec
         assert rec["us_min"] <= rec["us"] <= rec["us_max"]
 

@@ -67,7 +67,7 @@ def test_interleaved_runs_every_implementation_once_per_repetition(n):
     from benchmarks.timing import time_interleaved
 
     log: list[str] = []
-    times = time_interleaved(_recording_impls(n, log), torch.device("cpu"), 6, [0.0] * n, _CountingFlush(log))
+    times = time_interleaved(_recording_impls(n, log), torch.device("cpu"), [6] * n, [0.0] * n, _CountingFlush(log))
     assert [len(t) for t in times] == [6] * n and all(x >= 0 for t in times for x in t)
     calls = [c for c in log if c != "flush"]
     assert len(log) == 2 * len(calls), "a flush before every call"
@@ -85,7 +85,44 @@ def test_interleaved_refuses_an_implementation_without_functions():
     from benchmarks.timing import time_interleaved
 
     with pytest.raises(ValueError, match="without a function"):
-        time_interleaved([[lambda: None], []], torch.device("cpu"), 3, [0.0, 0.0], None)
+        time_interleaved([[lambda: None], []], torch.device("cpu"), [3, 3], [0.0, 0.0], None)
+    with pytest.raises(ValueError, match="call count"):
+        time_interleaved([[lambda: None], [lambda: None]], torch.device("cpu"), [3, 0], [0.0, 0.0], None)
+
+
+def test_a_slower_implementation_with_fewer_calls_is_spread_over_the_whole_stretch():
+    from benchmarks.timing import time_interleaved
+
+    log: list[str] = []
+    times = time_interleaved(_recording_impls(2, log, sets=3), torch.device("cpu"), [12, 3], [0.0, 0.0], None)
+    assert [len(t) for t in times] == [12, 3]
+    slow = [j for j, c in enumerate(log) if c.startswith("1.")]
+    fast = [j for j, c in enumerate(log) if c.startswith("0.")]
+    # one slow call in each quarter of the fast one's calls, not all three at the start
+    quarters = [sum(fast[4 * q] < s < fast[4 * q + 3] + 2 for s in slow) for q in range(3)]
+    assert quarters == [1, 1, 1], (log, quarters)
+    assert [c for c in log if c.startswith("1.")] == ["1.0", "1.1", "1.2"], "each implementation's sets in turn"
+
+
+@pytest.mark.parametrize(("count", "total"), [(1, 1), (1, 7), (3, 12), (5, 12), (12, 12), (20, 200)])
+def test_is_due_spreads_count_calls_over_total_repetitions(count, total):
+    from benchmarks.timing import is_due
+
+    due = [r for r in range(total) if is_due(r, count, total)]
+    assert len(due) == count
+    gaps = [b - a for a, b in zip(due, due[1:], strict=False)]
+    assert not gaps or max(gaps) - min(gaps) <= 1, due
+
+
+@pytest.mark.parametrize(("n", "parts"), [(22, 5), (51, 5), (200, 3), (3, 5), (1, 1)])
+def test_stretches_are_consecutive_and_nearly_equal(n, parts):
+    from benchmarks.timing import stretches
+
+    got = stretches(list(range(n)), parts)
+    assert [x for part in got for x in part] == list(range(n))
+    assert len(got) == min(n, parts)
+    sizes = [len(p) for p in got]
+    assert max(sizes) - min(sizes) <= 1, sizes
 
 
 def test_reps_for_stays_inside_the_budget():

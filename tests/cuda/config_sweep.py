@@ -45,6 +45,7 @@ from benchmarks.timing import (  # noqa: E402
     Flusher,
     reps_for,
     round_order,
+    stretches,
     time_interleaved,
     time_samples,
     warm_up,
@@ -106,6 +107,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="benchmarks' quick budget (fewer repetitions)")
     ap.add_argument("--interleave", choices=("calls", "rounds"), default="calls")
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error(f"--rounds must be >= 1, got {args.rounds}")
     specs = args.variants.split(",")
     knobs_of = {spec: parse_variant(spec) for spec in specs}
     mod = load_jit()
@@ -139,20 +142,17 @@ def main() -> int:
         names = list(variants)
         if args.interleave == "calls" and names:
             warmed = [warm_up(variants[spec], dev, whole_budget) for spec in names]
-            reps = reps_for(whole_budget, max(est for est, _ in warmed))
+            # the same count for every variant (they take similar times), so that stretch j of each covers
+            # the same calls' time
+            reps = [reps_for(whole_budget, max(est for est, _ in warmed))] * len(names)
             got = time_interleaved([variants[s] for s in names], dev, reps, [h for _, h in warmed], flush)
             samples = dict(zip(names, got, strict=True))
             if "torch" in samples:  # torch's time over each variant's, stretch by stretch
-                step = -(-reps // args.rounds)
-                cut = range(0, reps, step)
+                theirs = stretches(samples["torch"], args.rounds)
                 for spec in names:
+                    ours = stretches(samples[spec], args.rounds)
                     row[f"{spec}_vs_torch"] = [
-                        round(
-                            statistics.median(samples["torch"][i : i + step])
-                            / statistics.median(samples[spec][i : i + step]),
-                            4,
-                        )
-                        for i in cut
+                        round(statistics.median(t) / statistics.median(o), 4) for t, o in zip(theirs, ours, strict=True)
                     ]
         for r in range(args.rounds if args.interleave == "rounds" else 0):
             for spec in round_order(names, r, args.rounds):

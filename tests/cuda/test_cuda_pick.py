@@ -153,4 +153,7 @@ def test_128x96_tiles_only_for_one_full_wave_of_full_tiles_at_deep_k(pick_progra
         tiles_m, tiles_n = -(-m // 128), -(-n // 96)
         assert k >= 4096 and 0.9 * SMS <= tiles_m * tiles_n <= SMS, (m, n, k)
         assert 10 * m >= 9 * 128 * tiles_m and 10 * n >= 9 * 96 * tiles_n, (m, n, k)
+        assert tiles_m * -(-n // 128) < 0.9 * SMS, f"{(m, n, k)}: 128x128 tiles fill the wave as well"
+    # 128x128 tiles make the same full wave here (66 x 2 = 132 of them): not measured with 128x96, left alone
+    assert picks(pick_program, [(8448, 192, 4096)])[(8448, 192, 4096)]["cfg"] != WGMMA_128x96_TWO_ACC
     assert picks(pick_program, [(1024, 1536, 2048)])[(1024, 1536, 2048)]["cfg"] != WGMMA_128x96_TWO_ACC
