@@ -258,8 +258,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not torch.cuda.is_available() or torch.version.cuda is None:
         raise UsageError("needs an NVIDIA GPU (torch.cuda with CUDA)")
-    if shutil.which("nvidia-smi") is None:
-        raise UsageError("needs nvidia-smi on PATH")
+    sampler = open_sampler(torch)  # before the kernel loads: no nvidia-smi, no run
     try:
         shapes = parse_shapes(args.shapes)
     except ValueError as e:
@@ -270,7 +269,6 @@ def run(args: argparse.Namespace) -> int:
     kernel, variant, _ = load_kernel(args.build_dir) if "gemm" in args.impls.split(",") else (None, None, None)
     device = torch.device("cuda")
     props = torch.cuda.get_device_properties(device)
-    sampler = open_sampler(torch)
     gpu, fields = sampler.gpu, sampler.fields
     settle_s = SETTLE_S[fields.split(",")[1]]  # the power field open_sampler chose
     values = _smi_query(gpu, LIMIT_FIELDS).stdout.strip().split(", ")

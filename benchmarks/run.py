@@ -274,38 +274,67 @@ def speed_of_light(platform_name: str, backend: str, how: str, device, flusher, 
     )
 
 
-# ------------------------------------------------------------------------------------ call by call
+# ----------------------------------------------------------------------------------------- timing
 
 
-def time_by_calls(ready, device, budget, rounds, flusher, samples, round_medians, windows, failed) -> None:
-    """--interleave calls: each implementation warmed up on its own (one that fails there is left out,
-    with its reason in `failed`), then all of them timed call by call (timing.time_interleaved), each as
-    many times as the budget gives its own calls, the fewer calls of a slow one spread over the whole
-    stretch; each one's samples cut into `rounds` consecutive stretches give the per-round medians, which
-    the rounds mode reports too."""
+def _reason(e: Exception) -> str:
+    """An exception as one short line, for `refused`."""
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+
+
+def time_by_calls(ready, device, budget, rounds, flusher) -> tuple[dict, dict[str, str]]:
+    """--interleave calls: each implementation warmed up on its own (one that fails there is left out),
+    then all of them timed call by call (timing.time_interleaved), each as many times as the budget gives
+    its own calls, the fewer calls of a slow one spread over the whole stretch; each one's samples cut
+    into `rounds` consecutive stretches give the per-round medians, which the rounds mode reports too.
+    ({impl name: (samples, round medians, timing windows)}, {impl name: why its timing failed})."""
     from .timing import reps_for, stretches, time_interleaved, warm_up
 
+    failed: dict[str, str] = {}
     warmed = []  # (impl, fns, seconds per call, host us per call)
     for impl, _, fns, _ in ready:
         try:
             warmed.append((impl, fns, *warm_up(fns, device, budget)))
         except Exception as e:
-            failed[impl.name] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+            failed[impl.name] = _reason(e)
     if not warmed:
-        return
+        return {}, failed
     reps = [reps_for(budget, w[2]) for w in warmed]
     t0 = time.monotonic()
     try:
         got = time_interleaved([w[1] for w in warmed], device, reps, [w[3] for w in warmed], flusher)
     except Exception as e:  # which call failed is not known: none of them is timed
-        for impl, *_ in warmed:
-            failed[impl.name] = f"interleaved timing: {type(e).__name__}: {str(e).splitlines()[0][:300]}"
-        return
+        return {}, {**failed, **{impl.name: f"interleaved timing: {_reason(e)}" for impl, *_ in warmed}}
     window = (t0, time.monotonic())
-    for (impl, *_), times in zip(warmed, got, strict=True):
-        samples[impl.name] = times
-        round_medians[impl.name] = [round(statistics.median(part), 3) for part in stretches(times, rounds)]
-        windows[impl.name] = [window]
+    timed = {
+        impl.name: (times, [round(statistics.median(part), 3) for part in stretches(times, rounds)], [window])
+        for (impl, *_), times in zip(warmed, got, strict=True)
+    }
+    return timed, failed
+
+
+def time_by_rounds(ready, device, budget, rounds, flusher) -> tuple[dict, dict[str, str]]:
+    """--interleave rounds: each implementation timed in a block per round (the budget shared out over
+    the rounds), in round_order; an implementation whose timing fails is not timed again. The same
+    results as time_by_calls."""
+    from .timing import round_order, time_samples
+
+    failed: dict[str, str] = {}
+    timed = {impl.name: ([], [], []) for impl, *_ in ready}
+    for r in range(rounds if ready else 0):
+        for impl, _, fns, _ in round_order(ready, r, rounds):
+            if impl.name in failed:
+                continue
+            samples, medians, windows = timed[impl.name]
+            try:
+                t0 = time.monotonic()
+                got = time_samples(fns, device, budget.per_round(rounds), flusher)
+                windows.append((t0, time.monotonic()))
+                samples += got
+                medians.append(round(statistics.median(got), 3))
+            except Exception as e:
+                failed[impl.name] = _reason(e)
+    return {name: result for name, result in timed.items() if name not in failed}, failed
 
 
 # ------------------------------------------------------------------------------------------- main
@@ -391,7 +420,7 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
         parse_shapes,
         reference,
     )
-    from .timing import Budget, Flusher, round_order, summarize, time_samples
+    from .timing import Budget, Flusher, summarize
 
     backend, platform_name, gpu = detect(torch)
     try:
@@ -453,7 +482,6 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
     if args.rounds is not None and args.rounds < 1:
         raise UsageError(f"--rounds must be >= 1, got {args.rounds}")
     rounds = args.rounds or (1 if device.type == "cpu" or args.quick else 3)
-    round_budget = budget.per_round(rounds)
     flusher = Flusher(device)
     sampler = None
     if args.clocks:
@@ -522,38 +550,23 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
                         del ref, terms
                         del out, built
                     except Exception as e:  # a peer that cannot run this shape: say why, keep going
-                        refused.append({**where, "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"})
+                        refused.append({**where, "reason": _reason(e)})
                         continue
                     if not verdict.ok:
                         refused.append({**where, "reason": f"wrong result: {verdict.message}"})
                         continue
                     ready.append((impl, where, fns, verdict))
-                samples: dict[str, list[float]] = {impl.name: [] for impl, *_ in ready}
-                round_medians: dict[str, list[float]] = {impl.name: [] for impl, *_ in ready}
-                windows: dict[str, list[tuple[float, float]]] = {impl.name: [] for impl, *_ in ready}
-                failed: dict[str, str] = {}  # impl name -> why its timing failed
-                if args.interleave == "calls":
-                    time_by_calls(ready, device, budget, rounds, flusher, samples, round_medians, windows, failed)
-                for r in range(rounds if ready and args.interleave == "rounds" else 0):
-                    for impl, _, fns, _ in round_order(ready, r, rounds):
-                        if impl.name in failed:
-                            continue
-                        try:
-                            t0 = time.monotonic()
-                            got = time_samples(fns, device, round_budget, flusher)
-                            windows[impl.name].append((t0, time.monotonic()))
-                            samples[impl.name] += got
-                            round_medians[impl.name].append(round(statistics.median(got), 3))
-                        except Exception as e:
-                            failed[impl.name] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+                time_them = time_by_calls if args.interleave == "calls" else time_by_rounds
+                timed, failed = time_them(ready, device, budget, rounds, flusher)
                 for impl, where, _, verdict in ready:
                     if impl.name in failed:
                         refused.append({**where, "reason": failed[impl.name]})
                         continue
-                    t = summarize(samples[impl.name])
+                    samples, round_medians, windows = timed[impl.name]
+                    t = summarize(samples)
                     clock = None
                     if sampler is not None:
-                        lines = "".join(sampler.window(t0, t1) for t0, t1 in windows[impl.name])
+                        lines = "".join(sampler.window(t0, t1) for t0, t1 in windows)
                         clock = clocks_mod.summarize(clocks_mod.parse_samples(lines))
                     records.append(
                         {
@@ -562,7 +575,7 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
                             "us_min": round(t.us_min, 3),
                             "us_max": round(t.us_max, 3),
                             "reps": t.reps,
-                            "round_us": round_medians[impl.name],
+                            "round_us": round_medians,
                             "tflops": float(f"{shape.flops / (t.us * 1e-6) / 1e12:.5g}"),
                             "pct_sol": None if sol is None else round(sol.pct(shape.m, shape.n, shape.k, t.us), 3),
                             "check": verdict.mode,
@@ -572,7 +585,7 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
                             **({} if clock is None else {"clock": clock}),
                         }
                     )
-                ready = samples = round_medians = None
+                ready = timed = None
             del sets, op_ref, op_terms
         progress.close()
     if sampler is not None:
