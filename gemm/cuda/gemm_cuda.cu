@@ -10,7 +10,8 @@
 // (a (K,M), b (K,N): M/N-contiguous) cannot feed FP8 wgmma directly (FP8 wgmma reads only K-major
 // shared-memory operands), so one fused launch (gemm_cuda_prep.cu) transposes a, b and both scale
 // tensors into K-major scratch, then the natural path runs, its GEMM launched as the preparation's
-// programmatic dependent (GemmArgs::pdl). See NOTES.md.
+// programmatic dependent (GemmArgs::pdl); or, where pick_seed_fused says it is faster (short K, or one
+// wave with large M + N), the fused seed kernel reads a and b as they are. See NOTES.md.
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
@@ -180,6 +181,29 @@ void seed_with_config(at::Tensor &c, at::Tensor const &a, at::Tensor const &b, a
   c10::cuda::CUDAGuard guard(a.device());
   int64_t const K = a.size(0), M = a.size(1), N = b.size(1);
   int64_t const KB = K / kBlock, NB = (N + kBlock - 1) / kBlock;
+  int const device = a.get_device();
+  // A forced GEMM configuration (tuning.cfg >= 0) means the preparation pass, unless the fused kernel is asked for.
+  bool const fused = tuning.seed_fused < 0 ? tuning.cfg < 0 && pick_seed_fused(M, N, K, sm_count(device))
+                                           : tuning.seed_fused > 0;
+  if (fused && M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX) {
+    SeedGemmArgs g{};
+    g.d = c.data_ptr();
+    g.ldd = N;
+    g.a = a.data_ptr();
+    g.b = b.data_ptr();
+    g.sa = a_scale.data_ptr<float>();
+    g.sb = b_scale.data_ptr<float>();
+    g.M = static_cast<int>(M);
+    g.N = static_cast<int>(N);
+    g.K = static_cast<int>(K);
+    g.device = device;
+    g.sm_count = sm_count(device);
+    if (seed_fused_fits(g)) {
+      int const rc = run_seed_fused(g, c10::cuda::getCurrentCUDAStream(g.device).stream());
+      if (rc < 0) C10_CUDA_CHECK(static_cast<cudaError_t>(-rc));
+      return;
+    }
+  }
   at::Tensor x = at::empty({M, K}, a.options());
   at::Tensor w = at::empty({N, K}, b.options());
   at::Tensor sx = at::empty({M, KB}, a_scale.options());

@@ -119,6 +119,25 @@ struct PrepArgs {
 };
 cudaError_t launch_seed_prep(PrepArgs const &p, cudaStream_t stream);
 
+// The fused seed kernel (gemm_cuda_wgmma.cu): D(M, N) bf16 = the op on the seed layout's own tensors,
+// a (K, M) and b (K, N) fp8 e4m3fn, sa (K/128, M) and sb (K/128, ceil(N/128)) f32, with no preparation
+// pass. seed_fused_fits says whether it takes the problem (M and N multiples of 16, aligned pointers);
+// run_seed_fused returns 0 or -cudaError_t.
+struct SeedGemmArgs {
+  void *d;
+  int64_t ldd;
+  void const *a;
+  void const *b;
+  float const *sa;
+  float const *sb;
+  int M, N, K;
+  int device;
+  int sm_count;
+};
+bool seed_fused_fits(SeedGemmArgs const &g);
+int run_seed_fused(SeedGemmArgs const &g, cudaStream_t stream);
+extern char const *const kNameSeedFused;
+
 // out[i] = bf16(sum over s < slices of parts[s * count + i]), i < count; count % 4 == 0, parts 16-byte
 // and out 8-byte aligned. Sums in slice order (deterministic). Returns the launch's cudaError_t.
 cudaError_t launch_kslice_reduce(float const *parts, int slices, int64_t count, void *out_bf16,

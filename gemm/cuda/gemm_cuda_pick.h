@@ -20,6 +20,9 @@ struct Tuning {
   // Seed layout: the GEMM launches as a programmatic dependent of the preparation (GemmArgs::pdl); false
   // only to measure what that saves (tests/cuda/config_sweep.py variant `spicknopdl`).
   bool pdl = true;
+  // Seed layout: -1 the choice of pick_seed_fused, 1 the fused seed kernel (no preparation pass; where
+  // seed_fused_fits allows), 0 the preparation pass and then the natural path.
+  int seed_fused = -1;
 };
 
 constexpr int64_t kBlock = 128;  // K block: one x_scale / w_scale entry's extent along K
@@ -240,6 +243,21 @@ inline Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   }
   t.cfg = 0;
   return t;
+}
+
+// Seed layout: whether the fused seed kernel (gemm_cuda_wgmma.cu: a and b read as they are, 128x128 tiles)
+// beats the preparation pass followed by the natural path. It saves the pass over 2 (M + N) K bytes but
+// runs each K block ~1.4x slower than a natural 128x128 kernel (its shared memory carries B's transpose:
+// ~900 wavefronts per K block against ~640, runs 115-118). Measured over 36 shapes (run 119, NOTES.md):
+// it wins where K is short and the tiles make at most 7 waves, and over one wave of tiles where M + N is
+// large (the pass is long against the GEMM: 96x7168x2048 17.8 against 23.4 us); it loses wherever the
+// GEMM itself dominates (K = 7168 beyond one wide wave, 8 or more waves). M <= 64 keeps the decode
+// kernel (64-row tiles); M and N must be multiples of 16 (the kernel's TMA row strides).
+inline bool pick_seed_fused(int64_t M, int64_t N, int64_t K, int64_t sms = 132) {
+  if (M <= 64 || M % 16 != 0 || N % 16 != 0 || K % kBlock != 0) return false;
+  int64_t const tiles = ceil_div(M, 128) * ceil_div(N, 128);
+  if (tiles > 7 * sms) return false;
+  return K <= 1024 || (tiles <= sms && M + N >= 6144);
 }
 
 }  // namespace gemm_cuda

@@ -180,11 +180,15 @@ __device__ __forceinline__ bool split_fixup(float *out, float *partials, unsigne
 // through its 128-byte-swizzled shared-memory boxes of 64 columns at out_base, then TMA stores (clipped at
 // M, N). Columns past the last whole box (16 of BN = 144) go straight to global memory: 4 lanes write a
 // row's 16 contiguous bytes of each 8-column group, clipped at M and N (N % 8 == 0).
-template <int BN>
+// kPairedRows: the fused seed kernel's accumulator rows, where the fragment's rows r and r + 8 of each
+// warp's 16 hold the block's rows 2 (r % 8) and 2 (r % 8) + 1 (its A fragments come from a transposing
+// ldmatrix, see seed_fused_kernel).
+template <int BN, bool kPairedRows = false>
 __device__ __forceinline__ void store_block(float const *out, uint32_t out_base, CUtensorMap const *map_d,
                                             __nv_bfloat16 *d, int64_t ldd, int row, int col, int M, int N,
                                             int barrier, int t128) {
   constexpr int kBoxed = BN / 64 * 8;  // 8-column groups stored through shared memory
+  static_assert(!kPairedRows || kBoxed == BN / 8, "paired rows: whole 64-column boxes only");
   if (t128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // last block's store read
   named_sync(barrier);
   int const lane = t128 % 32;
@@ -194,7 +198,7 @@ __device__ __forceinline__ void store_block(float const *out, uint32_t out_base,
     uint32_t const chunk = out_base + (j / 8) * kOutChunk;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      int const rr = r + 8 * h;
+      int const rr = kPairedRows ? 16 * (t128 / 32) + 2 * (lane / 4) + h : r + 8 * h;
       __nv_bfloat162 const v = __floats2bfloat162_rn(out[4 * j + 2 * h], out[4 * j + 2 * h + 1]);
       uint32_t const addr = chunk + rr * 128 + (((j % 8) ^ (rr % 8)) << 4) + 4 * (lane % 4);
       asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(*reinterpret_cast<uint32_t const *>(&v)));
@@ -477,6 +481,280 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
 #endif  // GEMM_WGMMA_DEVICE
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// The fused seed kernel: the seed layout's a (K, M) and b (K, N) read as they are, no preparation pass.
+// ---------------------------------------------------------------------------------------------
+// FP8 wgmma reads K-major operands only, and both seed operands are M- / N-major. This kernel takes the
+// two transposes off the GEMM's path in two different ways (run 58's profile of a kernel that transposed
+// both in shared memory, byte by byte, found its transposing warps bound by their instruction count):
+//   A (a, M-major): wgmma's A operand may come from registers. Each consumer warp builds its 16-row
+//     fragments straight from the TMA-loaded (128 K x 128 M bytes) box with `ldmatrix.trans` (16-bit
+//     pairs) and one `prmt` per register. The transposing load hands a thread the block's rows 2i and
+//     2i + 1 where the fragment wants rows i and i + 8, so the accumulator rows are permuted the same way
+//     (store_block<.., true>, and the row scales read in pairs).
+//   B (b, N-major): three producer warps turn each (128 K x 128 N bytes) box into the K-major,
+//     128-byte-swizzled tile wgmma reads from shared memory: per 16 x 32 bytes one `ldmatrix.x4.trans`,
+//     four `prmt` and one `stmatrix.x4`, then a proxy fence and an arrival on the stage's `ready` barrier.
+// Both shared-memory passes are free of bank conflicts: each 8-row phase of an ldmatrix reads rows of 8
+// distinct (row % 8) at one logical 16-byte column (distinct physical columns under the swizzle), and each
+// stmatrix phase writes 8 rows of distinct (row % 8).
+// Tiles are 128 x 128 (two consumer warpgroups), persistent, whole tiles only; M and N multiples of 16
+// (TMA row strides). The producer warp copies each K block's scales into the stage: a_scale's 128 rows
+// are contiguous in the seed layout (16-byte copies).
+namespace seed_fused {
+constexpr int kBlockM = 128, kBlockN = 128;
+constexpr int kBox = kBlockK * 128;  // one raw or K-major 128 x 128-byte box
+constexpr int kStageBytes = 3 * kBox;  // raw A, raw B, K-major B
+constexpr int kBytesOut = 2 * 2 * kOutChunk;
+// A stage's scales: a_scale of the K block's 128 rows, then its b_scale entry (padded to 16 bytes).
+constexpr int kBytesScale = (kBlockM + 4) * 4;
+// No room for the other kernels' 1024 bytes of alignment slack with 4 stages: the dynamic shared memory
+// starts 1024-aligned (what CUTLASS's sm90 kernels assume for their 128-byte-swizzled stages too), and
+// the kernel traps if it does not.
+#ifdef GEMM_SEED_FUSED_STAGES  // diagnostic: a shallower ring
+constexpr int kStages = GEMM_SEED_FUSED_STAGES;
+#else
+constexpr int kStages = (kSmemPerBlock - kBytesOut - 256) / (kStageBytes + kBytesScale);
+#endif
+constexpr int kOffOut = kStages * kStageBytes;
+constexpr int kOffScale = kOffOut + kBytesOut;
+constexpr int kOffBar = kOffScale + kStages * kBytesScale;
+constexpr int kSmem = kOffBar + 3 * kStages * 8;
+constexpr int kThreads = 384;
+constexpr int kProducerRegs = 64;
+constexpr int kConsumerRegs = ((65536 / kThreads / 8 * 8) * kThreads / 128 - kProducerRegs) / 2 / 8 * 8;
+constexpr int kTransposers = 3;  // warps 1-3 of the producer warpgroup
+static_assert(kSmem <= kSmemPerBlock && kStages >= 3, "shared memory");
+}  // namespace seed_fused
+
+#ifdef GEMM_WGMMA_DEVICE
+// Row r (0-7) of the two 8-row matrices a transposing ldmatrix reads per 16 K rows: the thread that
+// receives rows 2c and 2c + 1 (c = its lane % 4) gets K rows 4c, 4c + 1 from matrix 0 and 4c + 2, 4c + 3
+// from matrix 1 for c < 2, the other way round for c >= 2, so that each matrix's 8 rows have distinct
+// (row % 8): {0, 1, 4, 5, 10, 11, 14, 15} and {2, 3, 6, 7, 8, 9, 12, 13}.
+__device__ __forceinline__ int seed_krow(int matrix, int r) {
+  int const c = r / 2, e = r % 2;
+  bool const low = (c < 2) == (matrix == 0);
+  return 4 * c + (low ? 0 : 2) + e;
+}
+
+// The byte selectors that turn a thread's two transposed registers (x: matrix 0, y: matrix 1; byte
+// 2i + j = K row i of the pair, column 2g + j) into its column 2g (sel_even) and 2g + 1 (sel_odd), each
+// 4 consecutive K bytes 4c .. 4c + 3.
+__device__ __forceinline__ uint32_t seed_sel(int c, bool odd) {
+  if (c < 2) return odd ? 0x7531u : 0x6420u;
+  return odd ? 0x3175u : 0x2064u;
+}
+
+__device__ __forceinline__ void cp_async_16(uint32_t dst, void const *src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2,
+                                                  uint32_t &r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr)
+               : "memory");
+}
+
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+
+using RsOp128 = cute::SM90::GMMA::MMA_64x128x32_F32E4M3E4M3_RS_TN<>;
+
+template <int... I>
+__device__ __forceinline__ void mma_rs(uint32_t const *a, uint64_t db, float *d, bool accumulate,
+                                       std::integer_sequence<int, I...>) {
+  RsOp128::fma(a[0], a[1], a[2], a[3], db, d[I]...,
+               accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
+}
+
+// One K block's batch with A from registers (16 per thread: 4 per 32-deep step) and B K-major in shared
+// memory.
+__device__ __forceinline__ void issue_batch_rs(float *acc, uint32_t *a, uint64_t db) {
+  fence_all<128>(acc);
+#pragma unroll
+  for (int i = 0; i < 16; ++i) cute::warpgroup_fence_operand(a[i]);
+  cute::warpgroup_arrive();
+#pragma unroll
+  for (int k = 0; k < kBlockK / 32; ++k) {
+    mma_rs(a + 4 * k, db + 2 * k, acc, k > 0, std::make_integer_sequence<int, 64>{});
+  }
+  cute::warpgroup_commit_batch();
+}
+#endif  // GEMM_WGMMA_DEVICE
+
+__global__ void __launch_bounds__(seed_fused::kThreads, 1)
+    seed_fused_kernel(__grid_constant__ CUtensorMap const map_a, __grid_constant__ CUtensorMap const map_b,
+                      __grid_constant__ CUtensorMap const map_d, __nv_bfloat16 *d, int64_t ldd,
+                      float const *__restrict__ sa, float const *__restrict__ sb, int M, int N, Schedule sched) {
+#ifdef GEMM_WGMMA_DEVICE
+  namespace F = seed_fused;
+  extern __shared__ uint8_t smem_raw[];
+  uint32_t const base = smem_addr(smem_raw);
+  if ((base & 1023) != 0) __trap();  // see seed_fused::kStages
+  uint32_t const full_bar = base + F::kOffBar;  // the stage's raw boxes (TMA) and scales (cp.async) landed
+  uint32_t const empty_bar = full_bar + 8 * F::kStages;  // every consumer thread is done with the stage
+  uint32_t const ready_bar = empty_bar + 8 * F::kStages;  // its K-major B tile is written
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < F::kStages; ++s) bar_init(ready_bar + 8 * s, 32 * F::kTransposers);
+  }
+  init_stage_ring(full_bar, F::kStages, 256, 1 + 32);
+  int const kblocks = sched.kblocks;
+  int const nblocks = (N + 127) / 128;
+  auto const raw_a = [&](int s) { return base + s * F::kStageBytes; };
+  auto const raw_b = [&](int s) { return base + s * F::kStageBytes + F::kBox; };
+  auto const kmajor_b = [&](int s) { return base + s * F::kStageBytes + 2 * F::kBox; };
+
+  int const wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
+  int const warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 32) % 4, 0);
+  int const lane = threadIdx.x % 32;
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(F::kProducerRegs));
+    if (warp == 0) {  // lane 0 streams both raw boxes of every K block, the lanes copy its scales
+      if (lane == 0) {
+        cute::prefetch_tma_descriptor(&map_a);
+        cute::prefetch_tma_descriptor(&map_b);
+      }
+      uint32_t it = 0;
+      for (int u = blockIdx.x; u < sched.units(); u += gridDim.x) {
+        int tm, tn;
+        sched.tile(u, tm, tn);
+        // Lane l copies rows 4l .. 4l + 3 (past M: the last four rows, M % 16 == 0; not stored).
+        int const row = min(tm * F::kBlockM + 4 * lane, M - 4);
+        for (int kb = 0; kb < kblocks; ++kb, ++it) {
+          int const s = acquire_stage<F::kStages>(full_bar, empty_bar, it, 2 * F::kBox, lane == 0);
+          if (lane == 0) {
+            tma_load(&map_a, full_bar + 8 * s, raw_a(s), tm * F::kBlockM, kb * kBlockK);
+            tma_load(&map_b, full_bar + 8 * s, raw_b(s), tn * F::kBlockN, kb * kBlockK);
+          }
+          uint32_t const scales = base + F::kOffScale + s * F::kBytesScale;
+          cp_async_16(scales + 16 * lane, sa + static_cast<int64_t>(kb) * M + row);
+          if (lane == 0) cp_async_4(scales + 4 * F::kBlockM, sb + static_cast<int64_t>(kb) * nblocks + tn);
+          cp_async_arrive_noinc(full_bar + 8 * s);
+        }
+      }
+      asm volatile("cp.async.wait_all;" ::: "memory");  // no thread exits with copies in flight
+      return;
+    }
+    // Transposing warps: 32 pieces of 16 K rows x 32 N bytes per box, piece i = (K group i / 4, N pair
+    // i % 4); warp 1 takes pieces 0-10, warp 2 11-21, warp 3 22-31, four at a time (their loads in flight
+    // together). Lane l addresses row l % 8 of matrix l / 8 both in the ldmatrix (matrix j: K rows
+    // seed_krow(j % 2, .), N bytes 16 (2p + j / 2) ..) and in the stmatrix (matrix j: N rows
+    // 16 (2p + j / 2) + n_row, K bytes 16 kg ..).
+    int const j = lane / 8, r = lane % 8;
+    int const krow = seed_krow(j % 2, r);
+    int const half = j / 2;
+    // The thread receives N columns 2g and 2g + 1 (g = lane / 4); stmatrix matrix 0 stores column 2g for
+    // g < 4 and 2g + 1 for g >= 4 (rows of distinct % 8), matrix 1 the other one.
+    int const n_row = 16 * half + ((j % 2 == 0) == (r < 4) ? 2 * r : 2 * r + 1);
+    int const c = lane % 4, g = lane / 4;
+    uint32_t const sel0 = seed_sel(c, g >= 4), sel1 = seed_sel(c, g < 4);
+    uint32_t const ld_row = krow * 128, st_row = n_row * 128;
+    int const ld_x = krow % 8, st_x = n_row % 8;
+    int const first = 11 * (warp - 1), last = min(first + 11, 32);
+    uint32_t it = 0;
+    for (int u = blockIdx.x; u < sched.units(); u += gridDim.x) {
+      for (int kb = 0; kb < kblocks; ++kb, ++it) {
+        int const s = ring_stage<F::kStages>(it);
+        bar_wait(full_bar + 8 * s, ring_parity<F::kStages>(it));
+        uint32_t const src = raw_b(s) + ld_row, dst = kmajor_b(s) + st_row;
+#ifndef GEMM_SEED_FUSED_NO_TRANSPOSE  // a diagnostic build: consumers bound alone (wrong results)
+#pragma unroll
+        for (int i0 = 0; i0 < 12; i0 += 4) {
+          uint32_t v[4][4];
+#pragma unroll
+          for (int n = 0; n < 4; ++n) {
+            int const i = first + i0 + n;
+            if (i < last) {
+              ldmatrix_x4_trans(src + (i / 4) * 2048 + (((2 * (i % 4) + half) ^ ld_x) << 4), v[n][0], v[n][1],
+                                v[n][2], v[n][3]);
+            }
+          }
+#pragma unroll
+          for (int n = 0; n < 4; ++n) {
+            int const i = first + i0 + n;
+            if (i < last) {
+              stmatrix_x4(dst + (i % 4) * 4096 + (((i / 4) ^ st_x) << 4), __byte_perm(v[n][0], v[n][1], sel0),
+                          __byte_perm(v[n][0], v[n][1], sel1), __byte_perm(v[n][2], v[n][3], sel0),
+                          __byte_perm(v[n][2], v[n][3], sel1));
+            }
+          }
+        }
+#endif
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the stores, visible to wgmma
+        bar_arrive(ready_bar + 8 * s);
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(F::kConsumerRegs));
+  int const cw = wg - 1;  // rows 64 cw .. 64 cw + 63 of the tile
+  int const t128 = threadIdx.x % 128;
+  uint32_t const out_base = base + F::kOffOut + cw * 2 * kOutChunk;
+  float out[64];
+  float acc[64];
+  uint32_t a[16];
+  uint64_t const desc_b0 = kmajor_sw128_desc(kmajor_b(0));
+  // This warp's A fragments: M bytes 16 (4 cw + warp) .. of every K row; lane l addresses row l % 8 of
+  // matrix l / 8 (matrices 2, 3: the step's second 16 K rows).
+  int const j = lane / 8;
+  int const krow = 16 * (j / 2) + seed_krow(j % 2, lane % 8);
+  uint32_t const a_off = krow * 128 + (((4 * cw + warp) ^ (krow % 8)) << 4);
+  uint32_t const sel_even = seed_sel(lane % 4, false), sel_odd = seed_sel(lane % 4, true);
+  // The accumulator rows 2g, 2g + 1 (g = lane / 4) of the warp's 16 (store_block<.., true>): stage 0's
+  // a_scale pair of them, and its b_scale.
+  uint32_t const scale_pair = base + F::kOffScale + 4 * (64 * cw + 16 * warp + 2 * (lane / 4));
+  uint32_t const scale_b = base + F::kOffScale + 4 * F::kBlockM;
+  uint32_t it = 0;
+  for (int u = blockIdx.x; u < sched.units(); u += gridDim.x) {
+    int tm, tn;
+    sched.tile(u, tm, tn);
+    int const m0 = tm * F::kBlockM, n0 = tn * F::kBlockN;
+    auto k_block = [&](auto first) {
+      int const s = ring_stage<F::kStages>(it);
+      uint32_t const parity = ring_parity<F::kStages>(it);
+      ++it;
+      bar_wait(ready_bar + 8 * s, parity);
+      bar_wait(full_bar + 8 * s, parity);
+#ifdef GEMM_SEED_FUSED_DIAG_SS  // diagnostic: A read as if K-major from shared memory (wrong results)
+      issue_batch<128>(acc, kmajor_sw128_desc(raw_a(s) + cw * 64 * 128),
+                       desc_b0 + static_cast<uint64_t>(s * (F::kStageBytes >> 4)));
+#else
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        uint32_t r0, r1, r2, r3;
+        ldmatrix_x4_trans(raw_a(s) + q * 4096 + a_off, r0, r1, r2, r3);
+        a[4 * q] = __byte_perm(r0, r1, sel_even);
+        a[4 * q + 1] = __byte_perm(r0, r1, sel_odd);
+        a[4 * q + 2] = __byte_perm(r2, r3, sel_even);
+        a[4 * q + 3] = __byte_perm(r2, r3, sel_odd);
+      }
+      issue_batch_rs(acc, a, desc_b0 + static_cast<uint64_t>(s * (F::kStageBytes >> 4)));
+#endif
+      float2 const sa2 = ld_shared_f32x2(scale_pair + s * F::kBytesScale);
+      float const sbv = ld_shared_f32(scale_b + s * F::kBytesScale);
+      cute::warpgroup_wait<0>();
+      fence_all<128>(acc);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) cute::warpgroup_fence_operand(a[i]);
+      bar_arrive(empty_bar + 8 * s);
+      promote<16, 16, decltype(first)::value>(out, acc, sa2.x * sbv, sa2.x * sbv, sa2.y * sbv, sa2.y * sbv);
+    };
+    k_block(std::true_type{});
+    for (int kb = 1; kb < kblocks; ++kb) k_block(std::false_type{});
+    store_block<128, true>(out, out_base, &map_d, d, ldd, m0 + 64 * cw, n0, M, N, 1 + cw, t128);
+  }
+  if (t128 == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+#endif  // GEMM_WGMMA_DEVICE
+}
+
 // ---------------------------------------------------------------------------------------------
 // host side
 // ---------------------------------------------------------------------------------------------
@@ -545,6 +823,34 @@ int run_wgmma(GemmArgs const &g, void *workspace, cudaStream_t stream) {
 }
 
 }  // namespace
+
+bool seed_fused_fits(SeedGemmArgs const &g) {
+  auto const aligned = [](void const *p, uintptr_t n) { return (reinterpret_cast<uintptr_t>(p) & (n - 1)) == 0; };
+  // TMA: 16-byte row strides and base addresses; a_scale is copied 16 bytes at a time.
+  return g.M % 16 == 0 && g.N % 16 == 0 && g.K % kBlockK == 0 && g.M > 0 && g.N > 0 && g.K > 0 &&
+         g.ldd % 8 == 0 && aligned(g.a, 16) && aligned(g.b, 16) && aligned(g.d, 16) && aligned(g.sa, 16) &&
+         aligned(g.sb, 4);
+}
+
+int run_seed_fused(SeedGemmArgs const &g, cudaStream_t stream) {
+  namespace F = seed_fused;
+  if (!seed_fused_fits(g)) return -static_cast<int>(cudaErrorInvalidValue);
+  CUtensorMap map_a, map_b, map_d;
+  if (!encode(&map_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.a, g.K, g.M, g.M, kBlockK, F::kBlockM) ||
+      !encode(&map_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.b, g.K, g.N, g.N, kBlockK, F::kBlockN) ||
+      !encode(&map_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, g.d, g.M, g.N, g.ldd, 64, 64)) {
+    return -static_cast<int>(cudaErrorInvalidValue);
+  }
+  Schedule sched{(g.M + F::kBlockM - 1) / F::kBlockM, (g.N + F::kBlockN - 1) / F::kBlockN, 8, 0, g.K / kBlockK, 0, 1,
+                 false};
+  sched.dp_tiles = sched.count();
+  int const grid = std::min(sched.units(), g.sm_count);
+  cudaError_t const err = launch_kernel<seed_fused_kernel>(grid, F::kThreads, F::kSmem, g.device, stream, false, map_a,
+                                                           map_b, map_d, static_cast<__nv_bfloat16 *>(g.d), g.ldd,
+                                                           g.sa, g.sb, g.M, g.N, sched);
+  return -static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
+}
+char const *const kNameSeedFused = "wgmma_seed_fused_128x128_persistent";
 
 size_t workspace_cfg6(GemmArgs const &g) { return workspace_wgmma<128, 2>(g); }
 int run_cfg6(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 2>(g, ws, stream); }

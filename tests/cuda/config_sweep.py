@@ -16,9 +16,11 @@ block-scaled one; its check fails by design), or `c<cfg>` followed by
 optional knobs `r<raster>` `s<swizzle>` `p<splits>` `k<kslices>` `o<overlap_store: 0 or 1>` (see Tuning in
 gemm/cuda/gemm_cuda.h).
 Run 8 swept the K-sliced configuration with `c5k1,c5k2,c5k4,...`. Seed-layout variants (the same
-problems passed as a, b, a_scale, b_scale): `spick` (the op's own choice) and `seed<cfg>[p<splits>]`
-(seed_with_config with that cfg and split tail), each optionally followed by `nopdl` (the GEMM launched
-after the preparation has finished, not as its programmatic dependent: Tuning.pdl in gemm/cuda/gemm_cuda.h);
+problems passed as a, b, a_scale, b_scale): `spick` (the op's own choice), `sfused` (the fused seed
+kernel), `sprep` (the preparation pass and the natural path's choice) and `seed<cfg>[p<splits>]` (the
+preparation pass, then that cfg and split tail); `spick` and `seed<cfg>` optionally followed by `nopdl` (the
+GEMM launched after the preparation has finished, not as its programmatic dependent: Tuning.pdl in
+gemm/cuda/gemm_cuda.h);
 runs 18-19 swept the fused seed kernels of commit e32161e this way, runs 29-30 the dependent launch, runs
 54-57 the shared-memory-transposing seed kernel of commit 379a35f.
 """
@@ -64,8 +66,12 @@ def parse_variant(spec: str) -> dict | None:
         return {"pertensor": True}
     if spec == "pick":
         return {"cfg": -1}
+    if spec in ("sfused", "sprep"):  # the fused seed kernel, or the preparation pass (Tuning.seed_fused)
+        return {"cfg": -1, "layout": "seed", "pdl": True, "splits": 1, "fused": int(spec == "sfused")}
     if m := re.fullmatch(r"(?:spick|seed(\d+)(?:p(\d+))?)(nopdl)?", spec):  # nopdl: Tuning.pdl off
-        return {"cfg": int(m.group(1) or -1), "layout": "seed", "pdl": not m.group(3), "splits": int(m.group(2) or 1)}
+        # spick: the op's whole choice; seed<cfg>: the preparation pass, then that configuration
+        knobs = {"cfg": int(m.group(1) or -1), "layout": "seed", "pdl": not m.group(3), "splits": int(m.group(2) or 1)}
+        return knobs | {"fused": -1 if knobs["cfg"] < 0 else 0}
     m = re.fullmatch(r"c(\d+)((?:[rspko]\d+)*)", spec)
     if not m:
         raise SystemExit(f"bad variant {spec!r}: want pick, torch or c<cfg>[r<n>][s<n>][p<n>][k<n>][o<0|1>]")
@@ -87,7 +93,15 @@ def calls(mod, sets, outs, knobs: dict | None) -> list:
         return [
             (
                 lambda s=s, o=o: mod.seed_cfg(
-                    o, s.a, s.b, s.a_scale, s.b_scale, knobs["cfg"], knobs["pdl"], knobs["splits"]
+                    o,
+                    s.a,
+                    s.b,
+                    s.a_scale,
+                    s.b_scale,
+                    knobs["cfg"],
+                    knobs["pdl"],
+                    knobs["splits"],
+                    knobs["fused"],
                 )
             )
             for s, o in zip(sets, outs, strict=True)

@@ -32,7 +32,8 @@ from benchmarks.problem import parse_shapes  # noqa: E402  (device_check put the
 # 568, 4096): the 192x144 form, its last M tile 40 rows, and in its last N tile one of the two directly
 # stored 8-column groups written and the other past N; (1000, 4200, 4096): the 128x192 form past a wave,
 # its last 44 tiles in 3 K pieces, the store overlapped; (1000, 1500, 4224): its 128x96 form with two batch
-# accumulators, partial M and N tiles, an odd count of K blocks (33) and a padded output (N % 8 = 4).
+# accumulators, partial M and N tiles, an odd count of K blocks (33) and a padded output (N % 8 = 4);
+# (1008, 1520, 384): the seed layout through the fused seed kernel, partial M and N tiles.
 SHAPES = [
     (64, 576, 256),
     (512, 1024, 4096),
@@ -45,6 +46,7 @@ SHAPES = [
     (5800, 568, 4096),
     (1000, 4200, 4096),
     (1000, 1500, 4224),
+    (1008, 1520, 384),
     (200, 300, 640),
     (96, 1024, 256),
     (256, 512, 384),
@@ -71,6 +73,7 @@ def main() -> int:
     ap.add_argument("--cfg", type=int, default=-1, help="JIT build only: force this configuration on every call")
     ap.add_argument("--splits", type=int, default=1, help="with --cfg: Tuning.splits of the calls")
     ap.add_argument("--overlap", action="store_true", help="with --cfg: the natural calls' Tuning.overlap_store")
+    ap.add_argument("--seed-fused", action="store_true", help="JIT only: seed calls take the fused kernel")
     ap.add_argument("--shape", action="append", default=[], metavar="MxNxK", help="these shapes instead (repeatable)")
     args = ap.parse_args()
     shapes = [(s.m, s.n, s.k) for spec in args.shape for s in parse_shapes(spec)] or SHAPES[: args.shapes]
@@ -90,7 +93,9 @@ def main() -> int:
         natural, seed = mod.gemm_natural, mod.gemm_seed
         if args.cfg >= 0:
             natural = functools.partial(mod.natural_cfg, cfg=args.cfg, splits=args.splits, overlap_store=args.overlap)
-            seed = functools.partial(mod.seed_cfg, cfg=args.cfg, splits=args.splits)
+            seed = functools.partial(mod.seed_cfg, cfg=args.cfg, splits=args.splits, fused=0)
+        if args.seed_fused:
+            seed = functools.partial(mod.seed_cfg, cfg=-1, fused=1)
     gen = torch.Generator(device="cuda")
     gen.manual_seed(7)
     failures = 0

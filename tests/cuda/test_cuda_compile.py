@@ -201,6 +201,26 @@ def test_hand_written_wgmma_register_handoff_fits_the_cta(compiled, ptx):
         assert 128 * (dec + consumers * inc) <= regs[name] * threads, (name[:90], dec, inc, regs[name])
 
 
+def test_fused_seed_kernel_transposes_with_ldmatrix_and_fits_its_registers(compiled, ptx):
+    """gemm_cuda_wgmma.cu's seed_fused_kernel: sm_90a code, 168 registers a thread (one CTA of 384 per SM), no
+    spills, a register handoff within the CTA's allocation, and its two transposes as designed: A's
+    fragments from `ldmatrix .trans` into wgmma's register operand, B's K-major tile by `stmatrix`, each
+    followed by the proxy fence before wgmma reads it."""
+    rc, log = compiled["gemm_cuda_wgmma.cu"]
+    assert rc == 0
+    (k,) = [k for k in _kernels(log) if "seed_fused_kernel" in k["name"]]
+    assert k["arch"] == "sm_90a" and k["regs"] == 168 and k["spill"] == 0, k
+    (body,) = [b for n, b in _entries(ptx["gemm_cuda_wgmma.cu"]).items() if "seed_fused_kernel" in n]
+    (dec,) = map(int, re.findall(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+(\d+)", body))
+    (inc,) = map(int, re.findall(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+(\d+)", body))
+    assert 128 * (dec + 2 * inc) <= 168 * 384, (dec, inc)
+    assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in body
+    assert "stmatrix.sync.aligned.m8n8.x4.shared.b16" in body
+    assert "fence.proxy.async.shared::cta" in body
+    # wgmma with A in registers: a brace list of 4 registers where the shared-memory form has a descriptor
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.f32\.e4m3\.e4m3[^;]*\},\s*\{%r\d+", body)
+
+
 def test_decode_kernels_compile_for_each_row_count(compiled):
     """gemm_cuda_decode.cu: one instantiation per padded row count (wgmma N of 8, 16, 32, 64), sm_90a code with
     its wgmma loop (a guarded-out body would need a handful of registers), registers for two CTAs of 160

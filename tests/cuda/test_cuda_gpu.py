@@ -2,7 +2,8 @@
 
 tests/kernel/ checks the contract on every backend; these cases aim at the CUDA backend's own paths:
 every tile configuration the shape heuristic can pick, the padded-output path (N % 8 != 0 or an
-output whose rows are not 16-byte aligned), the seed layout's vectorized and byte-wise transposes,
+output whose rows are not 16-byte aligned), the seed layout's vectorized and byte-wise transposes and
+its fused kernel,
 the current stream, and run-to-run determinism. They skip, with the reason, where the loaded variant
 is not the CUDA one or no GPU is present.
 
@@ -54,6 +55,9 @@ SHAPES = [
     (5800, 568, 4096),  # 192x144, last N tile: one directly stored 8-column group written, one past N
     (1024, 1536, 4096),  # hand-written 128x96 kernel with two batch accumulators: one wave of 128 tiles
     (1000, 1500, 4224),  # 128x96 two accumulators: partial M and N tiles, 33 K blocks (odd), N % 8 != 0
+    (1008, 1520, 384),  # seed layout: the fused seed kernel, partial M and N tiles (112 rows and columns)
+    (80, 2064, 128),  # fused seed kernel: 80 rows of a 128-row tile, one K block, a partial N tile
+    (96, 7168, 2048),  # fused seed kernel at deep K: one wave of tiles with M + N >= 6144
     (1, 4096, 1024),  # decode kernel, one K slice
     (32, 4096, 4096),  # decode kernel, 32 rows, 2 K slices
     (64, 4096, 2048),  # decode kernel: 64 rows against 64 w tiles (up to a wave of them: run 91)
@@ -134,7 +138,14 @@ def test_runs_on_the_current_stream(cuda_kernel):
 # (fp32 partials + the summing pass), the K-sliced configuration, a split tail (its counters zeroed by a
 # memset), the 192x144 kernel, a padded output (N % 8 != 0), plus the seed layout's preparation (and its
 # dependent launch) on each.
-GRAPH_SHAPES = [(3, 520, 7168), (1024, 512, 7168), (1024, 576, 7168), (5800, 568, 4096), (300, 2001, 4096)]
+GRAPH_SHAPES = [
+    (3, 520, 7168),
+    (1024, 512, 7168),
+    (1024, 576, 7168),
+    (5800, 568, 4096),
+    (300, 2001, 4096),
+    (1008, 1520, 384),  # the seed layout through the fused seed kernel
+]
 
 
 @pytest.mark.parametrize("shape", GRAPH_SHAPES, ids=_id)
@@ -178,6 +189,10 @@ def test_deterministic(cuda_kernel):
         for _ in range(2):
             assert torch.equal(cuda_kernel.gemm_natural(x, w, xs, ws), first), _id(shape)
         assert torch.equal(cuda_kernel.gemm(p.a, p.b, p.a_scale, p.b_scale), first), _id(shape)
+    # the fused seed kernel (a different reduction order from the natural path's pick: only against itself)
+    p = make_problem(1008, 1520, 384, torch.float8_e4m3fn, "cuda", next(_seeds))
+    first = cuda_kernel.gemm(p.a, p.b, p.a_scale, p.b_scale)
+    assert torch.equal(cuda_kernel.gemm(p.a, p.b, p.a_scale, p.b_scale), first)
 
 
 def test_rejects_e4m3fnuz(cuda_kernel):

@@ -1,4 +1,5 @@
-"""The CUDA backend's per-shape choice (pick_tuning in gemm/cuda/gemm_cuda_pick.h), checked on the CPU.
+"""The CUDA backend's per-shape choices (pick_tuning and pick_seed_fused in gemm/cuda/gemm_cuda_pick.h),
+checked on the CPU.
 
 The header needs neither torch nor CUDA: a small C++ program includes it and prints the choice for each
 shape read from stdin. The H200 runs in gemm/cuda/NOTES.md measured which configuration is fastest where.
@@ -32,7 +33,8 @@ int main() {
   long long m, n, k;
   while (std::scanf("%lld %lld %lld", &m, &n, &k) == 3) {
     gemm_cuda::Tuning const t = gemm_cuda::pick_tuning(m, n, k);
-    std::printf("%d %d %d %d %d %d\n", t.cfg, t.raster, t.swizzle, t.splits, t.kslices, int(t.overlap_store));
+    std::printf("%d %d %d %d %d %d %d\n", t.cfg, t.raster, t.swizzle, t.splits, t.kslices, int(t.overlap_store),
+                int(gemm_cuda::pick_seed_fused(m, n, k)));
   }
 }
 """.replace("CONFIGS", str(CONFIGS))
@@ -60,7 +62,7 @@ def picks(exe: Path, shapes) -> dict[tuple[int, int, int], dict[str, int]]:
     out = subprocess.run(
         [str(exe)], input="".join(f"{m} {n} {k}\n" for m, n, k in shapes), capture_output=True, text=True, check=True
     ).stdout.splitlines()
-    keys = ("cfg", "raster", "swizzle", "splits", "kslices", "overlap_store")
+    keys = ("cfg", "raster", "swizzle", "splits", "kslices", "overlap_store", "seed_fused")
     return {s: dict(zip(keys, map(int, line.split()), strict=True)) for s, line in zip(shapes, out, strict=True)}
 
 
@@ -157,3 +159,59 @@ def test_128x96_tiles_only_for_one_full_wave_of_full_tiles_at_deep_k(pick_progra
     # 128x128 tiles make the same full wave here (66 x 2 = 132 of them): not measured with 128x96, left alone
     assert picks(pick_program, [(8448, 192, 4096)])[(8448, 192, 4096)]["cfg"] != WGMMA_128x96_TWO_ACC
     assert picks(pick_program, [(1024, 1536, 2048)])[(1024, 1536, 2048)]["cfg"] != WGMMA_128x96_TWO_ACC
+
+
+# The seed layout: fused kernel (True) or the preparation pass and the natural path (False), as measured
+# (run 119 and run 117's challenge shapes, us in NOTES.md: the faster of the two, except where noted).
+SEED_FUSED_PICKS = {
+    (96, 7168, 256): True,  # 9.1 against 10.3
+    (96, 7168, 2048): True,  # 17.8 against 23.4: one wave, the pass over b long against the GEMM
+    (128, 7168, 2304): True,  # 18.4 against 24.3
+    (512, 4096, 512): True,  # 10.4 against 13.8
+    (256, 7168, 512): True,  # 10.5 against 13.9
+    (1024, 2048, 512): True,  # 10.0 against 13.3
+    (1024, 4096, 512): True,  # 13.2 against 15.5 (a challenge shape)
+    (1024, 7168, 256): True,  # 14.2 against 15.6 (a challenge shape)
+    (1024, 7168, 768): True,  # 23.0 against 25.7
+    (1024, 7168, 1024): True,  # 28.0 against 29.9
+    (512, 7168, 1024): True,  # 17.9 against 21.0
+    (2048, 4096, 512): True,  # 18.6 against 20.1
+    (2048, 7168, 256): True,  # 19.2 against 19.7 (7 waves of 128x128 tiles: the rule's edge)
+    (4096, 4096, 512): False,  # 29.9 against 28.9: 8 waves
+    (3072, 7168, 256): False,  # 25.7 against 23.7: 11 waves
+    (6144, 7168, 256): False,  # 42.6 against 36.7
+    (6144, 4096, 512): False,  # 40.7 against 35.1
+    (128, 512, 7168): False,  # 38.0 against 17.0: 4 tiles, deep K
+    (1024, 1536, 7168): False,  # 40.1 against 38.8
+    (1024, 576, 7168): False,  # 39.2 against 29.1
+    (1024, 3072, 1536): False,  # 22.1 against 20.2
+    (1024, 7168, 2048): False,  # 46.5 against 46.6: a tie, left to the preparation pass
+    (1024, 7168, 2304): False,  # 51.2 against 50.2
+    (1024, 4608, 7168): False,  # 113.5 against 87.4
+    (6144, 576, 7168): False,  # 77.5 against 72.1
+    (6144, 7168, 2048): False,  # 225.4 against 169.6
+    (8192, 8192, 8192): False,  # 1484 against 928
+    (64, 7168, 512): False,  # 10.3 against 10.9, but M <= 64 stays on the decode kernel (64-row tiles)
+}
+
+
+def test_seed_layout_takes_the_fused_kernel_where_measured_faster(pick_program):
+    got = picks(pick_program, SEED_FUSED_PICKS)
+    wrong = {s: want for s, want in SEED_FUSED_PICKS.items() if bool(got[s]["seed_fused"]) != want}
+    assert not wrong, wrong
+
+
+def test_fused_seed_kernel_only_where_it_runs(pick_program):
+    """The fused kernel needs M and N multiples of 16 (TMA row strides of a and b); M <= 64 keeps the decode
+    kernel; past 7 waves of 128x128 tiles it loses everywhere measured; K > 1024 only within one wave and
+    with M + N >= 6144."""
+    extra = [(1000, 7168, 256), (1024, 7160, 256), (80, 7168, 2048), (96, 7184, 512)]
+    for (m, n, k), t in picks(pick_program, GRID + extra).items():
+        if not t["seed_fused"]:
+            continue
+        tiles = -(-m // 128) * -(-n // 128)
+        assert m > 64 and m % 16 == 0 and n % 16 == 0, (m, n, k)
+        assert tiles <= 7 * SMS, (m, n, k)
+        assert k <= 1024 or (tiles <= SMS and m + n >= 6144), (m, n, k)
+    got = picks(pick_program, extra)
+    assert [bool(got[s]["seed_fused"]) for s in extra] == [False, False, True, True]

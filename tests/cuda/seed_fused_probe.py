@@ -1,0 +1,54 @@
+"""Development probe of the fused seed kernel (not collected by pytest): times the seed layout through the
+fused kernel (`sfused`), through the preparation + natural path (`spick`) and the natural layout (`pick`)
+with device_check.bench (L2 flushed, input sets rotating), without a correctness check, so that a
+diagnostic build (gemm_cuda_wgmma.cu's GEMM_SEED_FUSED_NO_TRANSPOSE: wrong results by design) can be
+timed too. `--profile` makes one fused call per shape and nothing else (for Nsight Compute).
+
+    python3 tests/cuda/seed_fused_probe.py [--prebuilt DIR] [--profile] MxNxK ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import device_check as dc  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--prebuilt", default=None)
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("shapes", nargs="+")
+    args = ap.parse_args()
+    mod = dc.load_jit(args.prebuilt)
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(5)
+    for spec in args.shapes:
+        m, n, k = (int(v) for v in spec.split("x"))
+        sets = []
+        for _ in range(1 if args.profile else 4):
+            x, w, xs, ws = dc.make_inputs(m, n, k, gen)
+            sets.append((x, w, xs, ws, *dc.to_seed(x, w, xs, ws)))
+        out = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
+        if args.profile:
+            s = sets[0]
+            mod.seed_cfg(out, s[4], s[5], s[6], s[7], -1, True, 1, 1)
+            torch.cuda.synchronize()
+            continue
+        fns = {
+            "pick": [lambda s=s, out=out: mod.gemm_natural(out, *s[:4]) for s in sets],
+            "spick": [lambda s=s, out=out: mod.gemm_seed(out, *s[4:]) for s in sets],
+            "sfused": [lambda s=s, out=out: mod.seed_cfg(out, *s[4:], -1, True, 1, 1) for s in sets],
+        }
+        times = {name: dc.bench(lambda i, fs=fs: fs[i](), len(fs)) for name, fs in fns.items()}
+        print(f"{spec:>16} " + " ".join(f"{name} {t:8.1f}" for name, t in times.items()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
