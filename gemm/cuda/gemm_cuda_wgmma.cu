@@ -512,11 +512,7 @@ constexpr int kBytesScale = (kBlockM + 4) * 4;
 // No room for the other kernels' 1024 bytes of alignment slack with 4 stages: the dynamic shared memory
 // starts 1024-aligned (what CUTLASS's sm90 kernels assume for their 128-byte-swizzled stages too), and
 // the kernel traps if it does not.
-#ifdef GEMM_SEED_FUSED_STAGES  // diagnostic: a shallower ring
-constexpr int kStages = GEMM_SEED_FUSED_STAGES;
-#else
 constexpr int kStages = (kSmemPerBlock - kBytesOut - 256) / (kStageBytes + kBytesScale);
-#endif
 constexpr int kOffOut = kStages * kStageBytes;
 constexpr int kOffScale = kOffOut + kBytesOut;
 constexpr int kOffBar = kOffScale + kStages * kBytesScale;
@@ -664,7 +660,6 @@ __global__ void __launch_bounds__(seed_fused::kThreads, 1)
         int const s = ring_stage<F::kStages>(it);
         bar_wait(full_bar + 8 * s, ring_parity<F::kStages>(it));
         uint32_t const src = raw_b(s) + ld_row, dst = kmajor_b(s) + st_row;
-#ifndef GEMM_SEED_FUSED_NO_TRANSPOSE  // a diagnostic build: consumers bound alone (wrong results)
 #pragma unroll
         for (int i0 = 0; i0 < 12; i0 += 4) {
           uint32_t v[4][4];
@@ -686,7 +681,6 @@ __global__ void __launch_bounds__(seed_fused::kThreads, 1)
             }
           }
         }
-#endif
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the stores, visible to wgmma
         bar_arrive(ready_bar + 8 * s);
       }
@@ -723,10 +717,6 @@ __global__ void __launch_bounds__(seed_fused::kThreads, 1)
       ++it;
       bar_wait(ready_bar + 8 * s, parity);
       bar_wait(full_bar + 8 * s, parity);
-#ifdef GEMM_SEED_FUSED_DIAG_SS  // diagnostic: A read as if K-major from shared memory (wrong results)
-      issue_batch<128>(acc, kmajor_sw128_desc(raw_a(s) + cw * 64 * 128),
-                       desc_b0 + static_cast<uint64_t>(s * (F::kStageBytes >> 4)));
-#else
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         uint32_t r0, r1, r2, r3;
@@ -737,7 +727,6 @@ __global__ void __launch_bounds__(seed_fused::kThreads, 1)
         a[4 * q + 3] = __byte_perm(r2, r3, sel_odd);
       }
       issue_batch_rs(acc, a, desc_b0 + static_cast<uint64_t>(s * (F::kStageBytes >> 4)));
-#endif
       float2 const sa2 = ld_shared_f32x2(scale_pair + s * F::kBytesScale);
       float const sbv = ld_shared_f32(scale_b + s * F::kBytesScale);
       cute::warpgroup_wait<0>();

@@ -1,8 +1,9 @@
 """Development probe of the fused seed kernel (not collected by pytest): times the seed layout through the
 fused kernel (`sfused`), through the preparation + natural path (`spick`) and the natural layout (`pick`)
 with device_check.bench (L2 flushed, input sets rotating), without a correctness check, so that a
-diagnostic build (gemm_cuda_wgmma.cu's GEMM_SEED_FUSED_NO_TRANSPOSE: wrong results by design) can be
-timed too. `--profile` makes one fused call per shape and nothing else (for Nsight Compute).
+diagnostic build with wrong results by design can be timed too (run 118's: B's transpose left out, A read
+as if K-major, 3 stages; the switches are in commit fa2d1bf's gemm_cuda_wgmma.cu). `--profile` makes one
+fused call per shape and nothing else (for Nsight Compute).
 
     python3 tests/cuda/seed_fused_probe.py [--prebuilt DIR] [--profile] MxNxK ...
 """
