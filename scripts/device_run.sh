@@ -33,8 +33,8 @@ rc=0
 # 2 slices of 16 K blocks, round its stage ring twice), shape 2 the K-sliced path, shapes 3-5 the
 # hand-written kernel (128x192, 192x128 and 128x128 tiles), shape 8 its 128x128 form with a split tail,
 # shape 9 its 192x144 form, shape 10 (memcheck only) its 128x192 form with a split tail and the overlapped
-# store, shape 11 (memcheck only) its 128x96 form with two batch accumulators, shape 12 (memcheck only) the
-# seed layout's fused kernel. (The split mode's default
+# store, shape 11 (memcheck only) its 128x96 form with two batch accumulators, shape 12 (memcheck only)
+# 128x128 tiles with partial M and N tiles of 112. (The split mode's default
 # specs below take the first 5 and 7: the shapes before the 192x144 one.) SANITIZE_SHAPES="MxNxK ...":
 # those shapes instead, e.g. racecheck on shapes 10-11 in a call of its own.
 # run_sanitizer TIMEOUT TOOL LOG ARGS...: tests/cuda/sanitize_calls.py ARGS under compute-sanitizer; an

@@ -10,8 +10,8 @@
 // (a (K,M), b (K,N): M/N-contiguous) cannot feed FP8 wgmma directly (FP8 wgmma reads only K-major
 // shared-memory operands), so one fused launch (gemm_cuda_prep.cu) transposes a, b and both scale
 // tensors into K-major scratch, then the natural path runs, its GEMM launched as the preparation's
-// programmatic dependent (GemmArgs::pdl); or, where pick_seed_fused says it is faster (short K, or one
-// wave with large M + N), the fused seed kernel reads a and b as they are. See NOTES.md.
+// programmatic dependent (GemmArgs::pdl). A fused seed kernel that reads a and b as they are (faster where
+// pick_seed_fused says) is built but not yet on the op's path (kSeedFusedOnTheOpsPath). See NOTES.md.
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
@@ -183,8 +183,9 @@ void seed_with_config(at::Tensor &c, at::Tensor const &a, at::Tensor const &b, a
   int64_t const KB = K / kBlock, NB = (N + kBlock - 1) / kBlock;
   int const device = a.get_device();
   // A forced GEMM configuration (tuning.cfg >= 0) means the preparation pass, unless the fused kernel is asked for.
-  bool const fused = tuning.seed_fused < 0 ? tuning.cfg < 0 && pick_seed_fused(M, N, K, sm_count(device))
-                                           : tuning.seed_fused > 0;
+  bool const fused = tuning.seed_fused < 0
+                         ? kSeedFusedOnTheOpsPath && tuning.cfg < 0 && pick_seed_fused(M, N, K, sm_count(device))
+                         : tuning.seed_fused > 0;
   if (fused && M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX) {
     SeedGemmArgs g{};
     g.d = c.data_ptr();

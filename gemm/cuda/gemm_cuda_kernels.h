@@ -136,7 +136,6 @@ struct SeedGemmArgs {
 };
 bool seed_fused_fits(SeedGemmArgs const &g);
 int run_seed_fused(SeedGemmArgs const &g, cudaStream_t stream);
-extern char const *const kNameSeedFused;
 
 // out[i] = bf16(sum over s < slices of parts[s * count + i]), i < count; count % 4 == 0, parts 16-byte
 // and out 8-byte aligned. Sums in slice order (deterministic). Returns the launch's cudaError_t.

@@ -641,8 +641,8 @@ __global__ void __launch_bounds__(seed_fused::kThreads, 1)
     // Transposing warps: 32 pieces of 16 K rows x 32 N bytes per box, piece i = (K group i / 4, N pair
     // i % 4); warp 1 takes pieces 0-10, warp 2 11-21, warp 3 22-31, four at a time (their loads in flight
     // together). Lane l addresses row l % 8 of matrix l / 8 both in the ldmatrix (matrix j: K rows
-    // seed_krow(j % 2, .), N bytes 16 (2p + j / 2) ..) and in the stmatrix (matrix j: N rows
-    // 16 (2p + j / 2) + n_row, K bytes 16 kg ..).
+    // seed_krow(j % 2, .), N bytes 16 (2p + j / 2) ..) and in the stmatrix (matrix j: N row 32p + n_row,
+    // K bytes 16 kg ..).
     int const j = lane / 8, r = lane % 8;
     int const krow = seed_krow(j % 2, r);
     int const half = j / 2;
@@ -839,7 +839,6 @@ int run_seed_fused(SeedGemmArgs const &g, cudaStream_t stream) {
                                                            g.sa, g.sb, g.M, g.N, sched);
   return -static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
-char const *const kNameSeedFused = "wgmma_seed_fused_128x128_persistent";
 
 size_t workspace_cfg6(GemmArgs const &g) { return workspace_wgmma<128, 2>(g); }
 int run_cfg6(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<128, 2>(g, ws, stream); }

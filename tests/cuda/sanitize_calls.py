@@ -33,7 +33,7 @@ from benchmarks.problem import parse_shapes  # noqa: E402  (device_check put the
 # stored 8-column groups written and the other past N; (1000, 4200, 4096): the 128x192 form past a wave,
 # its last 44 tiles in 3 K pieces, the store overlapped; (1000, 1500, 4224): its 128x96 form with two batch
 # accumulators, partial M and N tiles, an odd count of K blocks (33) and a padded output (N % 8 = 4);
-# (1008, 1520, 384): the seed layout through the fused seed kernel, partial M and N tiles.
+# (1008, 1520, 384): partial M and N tiles of 112 (with --seed-fused, JIT only: the fused seed kernel's).
 SHAPES = [
     (64, 576, 256),
     (512, 1024, 4096),

@@ -216,7 +216,10 @@ def test_fused_seed_kernel_transposes_with_ldmatrix_and_fits_its_registers(compi
     assert 128 * (dec + 2 * inc) <= 168 * 384, (dec, inc)
     assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in body
     assert "stmatrix.sync.aligned.m8n8.x4.shared.b16" in body
-    assert "fence.proxy.async.shared::cta" in body
+    # the transposing warps' last store, then the proxy fence, then their arrival on the stage's barrier
+    after = body[body.rindex("stmatrix.sync.aligned") :]
+    fence, arrive = after.find("fence.proxy.async.shared::cta"), after.find("mbarrier.arrive")
+    assert 0 < fence < arrive, "no proxy fence between the transposed tile's stores and the arrival"
     # wgmma with A in registers: a brace list of 4 registers where the shared-memory form has a descriptor
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.f32\.e4m3\.e4m3[^;]*\},\s*\{%r\d+", body)
 

@@ -2,8 +2,7 @@
 
 tests/kernel/ checks the contract on every backend; these cases aim at the CUDA backend's own paths:
 every tile configuration the shape heuristic can pick, the padded-output path (N % 8 != 0 or an
-output whose rows are not 16-byte aligned), the seed layout's vectorized and byte-wise transposes and
-its fused kernel,
+output whose rows are not 16-byte aligned), the seed layout's vectorized and byte-wise transposes,
 the current stream, and run-to-run determinism. They skip, with the reason, where the loaded variant
 is not the CUDA one or no GPU is present.
 
@@ -55,9 +54,9 @@ SHAPES = [
     (5800, 568, 4096),  # 192x144, last N tile: one directly stored 8-column group written, one past N
     (1024, 1536, 4096),  # hand-written 128x96 kernel with two batch accumulators: one wave of 128 tiles
     (1000, 1500, 4224),  # 128x96 two accumulators: partial M and N tiles, 33 K blocks (odd), N % 8 != 0
-    (1008, 1520, 384),  # seed layout: the fused seed kernel, partial M and N tiles (112 rows and columns)
-    (80, 2064, 128),  # fused seed kernel: 80 rows of a 128-row tile, one K block, a partial N tile
-    (96, 7168, 2048),  # fused seed kernel at deep K: one wave of tiles with M + N >= 6144
+    (1008, 1520, 384),  # partial M and N tiles of 112 rows and columns
+    (80, 2064, 128),  # 80 rows, one K block
+    (96, 7168, 2048),  # one wave of 128x128 tiles with M + N >= 6144
     (1, 4096, 1024),  # decode kernel, one K slice
     (32, 4096, 4096),  # decode kernel, 32 rows, 2 K slices
     (64, 4096, 2048),  # decode kernel: 64 rows against 64 w tiles (up to a wave of them: run 91)
@@ -117,6 +116,44 @@ def test_output_rows_not_16_byte_aligned(cuda_kernel):
     assert torch.isnan(backing[0]), "the element before the output was overwritten"
 
 
+def _kernel_names(fn) -> set[str]:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return {e.name for e in prof.events() if e.device_type.name == "CUDA"}
+
+
+def test_seed_layout_takes_the_preparation_pass_also_from_unaligned_views(cuda_kernel):
+    """The seed layout goes through the preparation pass: the fused seed kernel, which pick_seed_fused would
+    take at 512x4096x512, is not on the op's path (kSeedFusedOnTheOpsPath, racecheck run 121). Views of a,
+    b and a_scale that start off a 16-byte boundary (no TMA, no 16-byte copies) compute the right answer
+    too, through the byte-wise transposes."""
+    m, n, k = 512, 4096, 512
+    p = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(_seeds))
+    c = poisoned_output(m, n, "cuda")
+    names = _kernel_names(lambda: cuda_kernel.gemm(p.a, p.b, p.a_scale, p.b_scale, c))
+    assert any("seed_prep" in s for s in names) and not any("seed_fused_kernel" in s for s in names), names
+    assert_matches(cuda_kernel, c, p, "seed")
+
+    def shifted(t: torch.Tensor, elements: int) -> torch.Tensor:  # the same values, data_ptr moved
+        backing = torch.empty(t.numel() + elements, dtype=t.dtype, device=t.device)
+        view = backing[elements:].view(t.shape)
+        view.copy_(t)
+        return view
+
+    for what, args in (
+        ("a one byte off", (shifted(p.a, 1), p.b, p.a_scale, p.b_scale)),
+        ("b one byte off", (p.a, shifted(p.b, 1), p.a_scale, p.b_scale)),
+        ("a_scale one float off", (p.a, p.b, shifted(p.a_scale, 1), p.b_scale)),
+    ):
+        c = poisoned_output(m, n, "cuda")
+        names = _kernel_names(lambda args=args, c=c: cuda_kernel.gemm(*args, c))
+        assert not any("seed_fused_kernel" in s for s in names), (what, names)
+        assert_matches(cuda_kernel, c, p, f"seed, {what}")
+
+
 def test_runs_on_the_current_stream(cuda_kernel):
     m, n, k = 512, 1024, 2048
     p = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(_seeds))
@@ -144,7 +181,6 @@ GRAPH_SHAPES = [
     (1024, 576, 7168),
     (5800, 568, 4096),
     (300, 2001, 4096),
-    (1008, 1520, 384),  # the seed layout through the fused seed kernel
 ]
 
 
@@ -189,10 +225,6 @@ def test_deterministic(cuda_kernel):
         for _ in range(2):
             assert torch.equal(cuda_kernel.gemm_natural(x, w, xs, ws), first), _id(shape)
         assert torch.equal(cuda_kernel.gemm(p.a, p.b, p.a_scale, p.b_scale), first), _id(shape)
-    # the fused seed kernel (a different reduction order from the natural path's pick: only against itself)
-    p = make_problem(1008, 1520, 384, torch.float8_e4m3fn, "cuda", next(_seeds))
-    first = cuda_kernel.gemm(p.a, p.b, p.a_scale, p.b_scale)
-    assert torch.equal(cuda_kernel.gemm(p.a, p.b, p.a_scale, p.b_scale), first)
 
 
 def test_rejects_e4m3fnuz(cuda_kernel):
