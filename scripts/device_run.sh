@@ -57,6 +57,14 @@ sanitize() {
     run_sanitizer "$limit" "$tool" "$OUT/sanitizer_$tool.log" --kernel-dir build "${sel[@]}"
   done
 }
+# sweep TIMEOUT ROUNDS VARIANTS: tests/cuda/config_sweep.py into $OUT/sweep, on SWEEP_SHAPES (default the
+# challenge shapes and 8192^3); SWEEP_ROUNDS and SWEEP_VARIANTS override the mode's defaults.
+sweep() {
+  timeout "$1" python3 tests/cuda/config_sweep.py --out "$OUT/sweep" --rounds "${SWEEP_ROUNDS:-$2}" \
+    --variants "${SWEEP_VARIANTS:-$3}" --shapes "${SWEEP_SHAPES:-challenge,8192x8192x8192}" \
+    > "$OUT/sweep.log" 2>&1 || rc=1
+  tail -n 26 "$OUT/sweep.log" | cut -c1-200
+}
 # Every JIT load (tests/cuda/device_check.load_jit) links .cache/cuda_prebuilt/*.o when carried, so all
 # tools of one call share one build: a tool that built its own under a timeout could leave torch's build
 # lock behind, and every later load waits on it.
@@ -98,17 +106,11 @@ elif [ "$mode" = fused ]; then
   [ $rc -eq 0 ] || exit $rc
   run_sanitizer 200 memcheck "$OUT/sanitizer_memcheck_fused.log" --seed-fused "${shapes[@]}"
   run_sanitizer 200 racecheck "$OUT/sanitizer_racecheck_fused.log" --seed-fused "${shapes[@]:0:2}"
-  timeout "${SWEEP_TIMEOUT:-300}" python3 tests/cuda/config_sweep.py --out "$OUT/sweep" --rounds "${SWEEP_ROUNDS:-2}" \
-    --variants "${SWEEP_VARIANTS:-pick,spick,sfused}" --shapes "${SWEEP_SHAPES:-challenge,8192x8192x8192}" \
-    > "$OUT/sweep.log" 2>&1 || rc=1
-  tail -n 26 "$OUT/sweep.log" | cut -c1-200
+  sweep "${SWEEP_TIMEOUT:-300}" 2 pick,spick,sfused
 elif [ "$mode" = sweep ]; then
   # Build first, with no timeout (see GEMM_CUDA_PREBUILT above).
   python3 -c "from tests.cuda.device_check import load_jit; load_jit()" 2>&1 | tail -n 5 || exit 1
-  timeout 420 python3 tests/cuda/config_sweep.py --out "$OUT/sweep" --rounds "${SWEEP_ROUNDS:-3}" \
-    --variants "${SWEEP_VARIANTS:-pick,c6,c7,torch}" --shapes "${SWEEP_SHAPES:-challenge,8192x8192x8192}" \
-    > "$OUT/sweep.log" 2>&1 || rc=1
-  tail -n 26 "$OUT/sweep.log" | cut -c1-200
+  sweep 420 3 pick,c6,c7,torch
 else
   # CUTLASS headers (nvidia-cutlass wheel) and -DNDEBUG for nvcc, until scripts/build.py adds them itself.
   cut=$(python3 -c "import importlib.util as u, pathlib as p; b = p.Path(list(u.find_spec('cutlass_library').submodule_search_locations)[0]) / 'source'; print(f'-I{b}/include -I{b}/tools/util/include')")

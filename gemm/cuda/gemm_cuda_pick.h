@@ -248,7 +248,7 @@ inline Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
 // Seed layout: whether the fused seed kernel (gemm_cuda_wgmma.cu: a and b read as they are, 128x128 tiles)
 // beats the preparation pass followed by the natural path. It saves the pass over 2 (M + N) K bytes but
 // runs each K block ~1.4x slower than a natural 128x128 kernel (its shared memory carries B's transpose:
-// ~900 wavefronts per K block against ~640, runs 115-118). Measured over 36 shapes (run 119, NOTES.md):
+// ~900 wavefronts per K block against ~640, runs 115-118). Measured on 34 shapes (runs 117, 119; NOTES.md):
 // it wins where K is short and the tiles make at most 7 waves, and over one wave of tiles where M + N is
 // large (the pass is long against the GEMM: 96x7168x2048 17.8 against 23.4 us); it loses wherever the
 // GEMM itself dominates (K = 7168 beyond one wide wave, 8 or more waves). M <= 64 keeps the decode

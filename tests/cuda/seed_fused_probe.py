@@ -19,6 +19,8 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import device_check as dc  # noqa: E402
 
+from benchmarks.problem import parse_shapes  # noqa: E402  (device_check put the repo root on sys.path)
+
 
 def main() -> int:
     ap = argparse.ArgumentParser()
@@ -29,8 +31,8 @@ def main() -> int:
     mod = dc.load_jit(args.prebuilt)
     gen = torch.Generator(device="cuda")
     gen.manual_seed(5)
-    for spec in args.shapes:
-        m, n, k = (int(v) for v in spec.split("x"))
+    for shape in parse_shapes(",".join(args.shapes)):
+        m, n, k, spec = shape.m, shape.n, shape.k, shape.id
         sets = []
         for _ in range(1 if args.profile else 4):
             x, w, xs, ws = dc.make_inputs(m, n, k, gen)
