@@ -254,11 +254,12 @@ inline Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
 // GEMM itself dominates (K = 7168 beyond one wide wave, 8 or more waves). M <= 64 keeps the decode
 // kernel (64-row tiles); M and N must be multiples of 16 (the kernel's TMA row strides).
 //
-// Not on the op's path yet (kSeedFusedOnTheOpsPath): racecheck reported hazards between the consumers'
-// reads of a stage's scales and the producer's next copies into it, once the stage ring wraps (run 121,
-// 256x1024x1024), although the protocol is the natural kernels' own, which racecheck passes. Until a clean
-// racecheck run explains or removes them, the seed layout takes the preparation pass; the fused kernel
-// runs when asked for (Tuning::seed_fused = 1: tests/cuda/config_sweep.py's `sfused`).
+// Not on the op's path yet (kSeedFusedOnTheOpsPath): racecheck reported its consumers' reads of a stage's
+// scales unordered with the producer's copies into it (runs 121-122, 256x1024x1024), with the protocol of
+// the natural kernels, which pass. Run 122 tied the reports to the copies' form (16-byte cp.async.cg); the
+// kernel now copies as the natural kernels do (4-byte cp.async.ca), not yet run on a GPU. Until racecheck
+// is clean on it, the seed layout takes the preparation pass; the fused kernel runs when asked for
+// (Tuning::seed_fused = 1: tests/cuda/config_sweep.py's `sfused`).
 constexpr bool kSeedFusedOnTheOpsPath = false;
 inline bool pick_seed_fused(int64_t M, int64_t N, int64_t K, int64_t sms = 132) {
   if (M <= 64 || M % 16 != 0 || N % 16 != 0 || K % kBlock != 0) return false;

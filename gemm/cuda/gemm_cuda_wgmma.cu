@@ -500,8 +500,7 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
 // distinct (row % 8) at one logical 16-byte column (distinct physical columns under the swizzle), and each
 // stmatrix phase writes 8 rows of distinct (row % 8).
 // Tiles are 128 x 128 (two consumer warpgroups), persistent, whole tiles only; M and N multiples of 16
-// (TMA row strides). The producer warp copies each K block's scales into the stage: a_scale's 128 rows
-// are contiguous in the seed layout (16-byte copies).
+// (TMA row strides). The producer warp's lanes copy each K block's scales into the stage.
 namespace seed_fused {
 constexpr int kBlockM = 128, kBlockN = 128;
 constexpr int kBox = kBlockK * 128;  // one raw or K-major 128 x 128-byte box
@@ -541,10 +540,6 @@ __device__ __forceinline__ int seed_krow(int matrix, int r) {
 __device__ __forceinline__ uint32_t seed_sel(int c, bool odd) {
   if (c < 2) return odd ? 0x7531u : 0x6420u;
   return odd ? 0x3175u : 0x2064u;
-}
-
-__device__ __forceinline__ void cp_async_16(uint32_t dst, void const *src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
 
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2,
@@ -621,8 +616,6 @@ __global__ void __launch_bounds__(seed_fused::kThreads, 1)
       for (int u = blockIdx.x; u < sched.units(); u += gridDim.x) {
         int tm, tn;
         sched.tile(u, tm, tn);
-        // Lane l copies rows 4l .. 4l + 3 (past M: the last four rows, M % 16 == 0; not stored).
-        int const row = min(tm * F::kBlockM + 4 * lane, M - 4);
         for (int kb = 0; kb < kblocks; ++kb, ++it) {
           int const s = acquire_stage<F::kStages>(full_bar, empty_bar, it, 2 * F::kBox, lane == 0);
           if (lane == 0) {
@@ -630,7 +623,10 @@ __global__ void __launch_bounds__(seed_fused::kThreads, 1)
             tma_load(&map_b, full_bar + 8 * s, raw_b(s), tn * F::kBlockN, kb * kBlockK);
           }
           uint32_t const scales = base + F::kOffScale + s * F::kBytesScale;
-          cp_async_16(scales + 16 * lane, sa + static_cast<int64_t>(kb) * M + row);
+          // a_scale's K block kb is the row kb of (K / 128, M): the natural kernels' copies with a row
+          // stride of 1 (4 bytes a row, lane l rows l, l + 32, ...). Not one 16-byte copy a lane: racecheck
+          // reported those (cp.async.cg) unordered with the consumers' reads (runs 121-122).
+          copy_row_scales<F::kBlockM>(scales, sa + static_cast<int64_t>(kb) * M, tm * F::kBlockM, M, 1, 0, lane);
           if (lane == 0) cp_async_4(scales + 4 * F::kBlockM, sb + static_cast<int64_t>(kb) * nblocks + tn);
           cp_async_arrive_noinc(full_bar + 8 * s);
         }
@@ -815,9 +811,9 @@ int run_wgmma(GemmArgs const &g, void *workspace, cudaStream_t stream) {
 
 bool seed_fused_fits(SeedGemmArgs const &g) {
   auto const aligned = [](void const *p, uintptr_t n) { return (reinterpret_cast<uintptr_t>(p) & (n - 1)) == 0; };
-  // TMA: 16-byte row strides and base addresses; a_scale is copied 16 bytes at a time.
+  // TMA: 16-byte row strides and base addresses; the scales are copied 4 bytes at a time.
   return g.M % 16 == 0 && g.N % 16 == 0 && g.K % kBlockK == 0 && g.M > 0 && g.N > 0 && g.K > 0 &&
-         g.ldd % 8 == 0 && aligned(g.a, 16) && aligned(g.b, 16) && aligned(g.d, 16) && aligned(g.sa, 16) &&
+         g.ldd % 8 == 0 && aligned(g.a, 16) && aligned(g.b, 16) && aligned(g.d, 16) && aligned(g.sa, 4) &&
          aligned(g.sb, 4);
 }
 

@@ -222,6 +222,10 @@ def test_fused_seed_kernel_transposes_with_ldmatrix_and_fits_its_registers(compi
     assert 0 < fence < arrive, "no proxy fence between the transposed tile's stores and the arrival"
     # wgmma with A in registers: a brace list of 4 registers where the shared-memory form has a descriptor
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.f32\.e4m3\.e4m3[^;]*\},\s*\{%r\d+", body)
+    # its scale copies in the natural kernels' form, 4 bytes each: racecheck reported 16-byte cp.async.cg
+    # ones unordered with the consumers' reads (runs 121-122)
+    copies = re.findall(r"cp\.async\.(c[ag])\.shared\.global\s+\[[^\]]+\],\s*\[[^\]]+\],\s*(\d+)", body)
+    assert copies and set(copies) == {("ca", "4")}, copies
 
 
 def test_decode_kernels_compile_for_each_row_count(compiled):
