@@ -34,7 +34,9 @@ rc=0
 # hand-written kernel (128x192, 192x128 and 128x128 tiles), shape 8 its 128x128 form with a split tail,
 # shape 9 its 192x144 form, shape 10 (memcheck only) its 128x192 form with a split tail and the overlapped
 # store, shape 11 (memcheck only) its 128x96 form with two batch accumulators, shape 12 (memcheck only)
-# 128x128 tiles with partial M and N tiles of 112. (The split mode's default
+# 128x128 tiles with partial M and N tiles of 112; both tools also take 256x1024x1024 and 96x7168x2048, where
+# the fused seed kernel's stage ring wraps (8 and 16 K blocks on 4 stages; pick_seed_fused takes it there,
+# through the op while kSeedFusedOnTheOpsPath: run 121's racecheck report came only once it wrapped). (The split mode's default
 # specs below take the first 5 and 7: the shapes before the 192x144 one.) SANITIZE_SHAPES="MxNxK ...":
 # those shapes instead, e.g. racecheck on shapes 10-11 in a call of its own.
 # run_sanitizer TIMEOUT TOOL LOG ARGS...: tests/cuda/sanitize_calls.py ARGS under compute-sanitizer; an
@@ -51,8 +53,8 @@ sanitize() {
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     # racecheck takes the 10th's split tail in split mode (within its own timeout); it needs more than 200 s
     # for its 9 shapes since the 192x144 one joined (run 100 stopped after 8, no hazard)
-    n=12 limit=240; [ "$tool" = racecheck ] && n=9 limit=320
-    sel=(--shapes "$n")
+    n=12 limit=240; [ "$tool" = racecheck ] && n=9 limit=380
+    sel=(--shapes "$n" --shape 256x1024x1024 --shape 96x7168x2048)
     if [ -n "${SANITIZE_SHAPES:-}" ]; then sel=(); for s in $SANITIZE_SHAPES; do sel+=(--shape "$s"); done; fi
     run_sanitizer "$limit" "$tool" "$OUT/sanitizer_$tool.log" --kernel-dir build "${sel[@]}"
   done
@@ -98,14 +100,16 @@ elif [ "$mode" = split ]; then
     --shape 1000x4200x1024 --shape 1000x4200x4096
 elif [ "$mode" = fused ]; then
   # The fused seed kernel (Tuning.seed_fused), JIT-built: every call checked against the fp32 reference
-  # (FUSED_SHAPES), memcheck on them, racecheck on the first; then the sweep below (SWEEP_VARIANTS, ...).
+  # (FUSED_SHAPES), memcheck on them, racecheck on the first and where its stage ring wraps; then the
+  # sweep below (SWEEP_VARIANTS, ...).
   python3 -c "from tests.cuda.device_check import load_jit; load_jit()" 2>&1 | tail -n 5 || exit 1
   shapes=(); for s in ${FUSED_SHAPES:-1008x1520x384 128x128x128 256x2304x4096 1024x1536x7168}; do shapes+=(--shape "$s"); done
   timeout 120 python3 tests/cuda/sanitize_calls.py --seed-fused "${shapes[@]}" > "$OUT/fused_smoke.log" 2>&1 || rc=1
   tail -n 12 "$OUT/fused_smoke.log"
   [ $rc -eq 0 ] || exit $rc
   run_sanitizer 200 memcheck "$OUT/sanitizer_memcheck_fused.log" --seed-fused "${shapes[@]}"
-  run_sanitizer 200 racecheck "$OUT/sanitizer_racecheck_fused.log" --seed-fused "${shapes[@]:0:2}"
+  run_sanitizer 240 racecheck "$OUT/sanitizer_racecheck_fused.log" --seed-fused "${shapes[@]:0:2}" \
+    --shape 256x1024x1024 --shape 96x7168x2048
   sweep "${SWEEP_TIMEOUT:-300}" 2 pick,spick,sfused
 elif [ "$mode" = sweep ]; then
   # Build first, with no timeout (see GEMM_CUDA_PREBUILT above).

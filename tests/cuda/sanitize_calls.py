@@ -69,14 +69,16 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--prebuilt", default=None)
     ap.add_argument("--kernel-dir", default=None, help="a build/ dir to load through kernels instead")
-    ap.add_argument("--shapes", type=int, default=len(SHAPES), help="use only the first N shapes")
+    ap.add_argument("--shapes", type=int, default=None, help="the first N shapes (default: all, unless --shape)")
     ap.add_argument("--cfg", type=int, default=-1, help="JIT build only: force this configuration on every call")
     ap.add_argument("--splits", type=int, default=1, help="with --cfg: Tuning.splits of the calls")
     ap.add_argument("--overlap", action="store_true", help="with --cfg: the natural calls' Tuning.overlap_store")
     ap.add_argument("--seed-fused", action="store_true", help="JIT only: seed calls take the fused kernel")
-    ap.add_argument("--shape", action="append", default=[], metavar="MxNxK", help="these shapes instead (repeatable)")
+    ap.add_argument("--shape", action="append", default=[], metavar="MxNxK", help="these shapes too (repeatable)")
     args = ap.parse_args()
-    shapes = [(s.m, s.n, s.k) for spec in args.shape for s in parse_shapes(spec)] or SHAPES[: args.shapes]
+    extra = [(s.m, s.n, s.k) for spec in args.shape for s in parse_shapes(spec)]
+    first = args.shapes if args.shapes is not None else (0 if extra else len(SHAPES))
+    shapes = SHAPES[:first] + extra
     torch.backends.cuda.matmul.allow_tf32 = False
     if args.kernel_dir:
         from kernels import get_local_kernel
