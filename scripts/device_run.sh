@@ -34,10 +34,11 @@ rc=0
 # hand-written kernel (128x192, 192x128 and 128x128 tiles), shape 8 its 128x128 form with a split tail,
 # shape 9 its 192x144 form, shape 10 (memcheck only) its 128x192 form with a split tail and the overlapped
 # store, shape 11 (memcheck only) its 128x96 form with two batch accumulators, shape 12 (memcheck only)
-# 128x128 tiles with partial M and N tiles of 112; both tools also take 256x1024x1024 and 96x7168x2048, where
-# the fused seed kernel's stage ring wraps (8 and 16 K blocks on 4 stages; pick_seed_fused takes it there,
-# through the op while kSeedFusedOnTheOpsPath: run 121's racecheck report came only once it wrapped). (The split mode's default
-# specs below take the first 5 and 7: the shapes before the 192x144 one.) SANITIZE_SHAPES="MxNxK ...":
+# 128x128 tiles with partial M and N tiles of 112. Both tools also take 256x1024x1024 and 96x7168x2048,
+# where the fused seed kernel's stage ring wraps (8 and 16 K blocks on 4 stages; pick_seed_fused takes it
+# there, through the op while kSeedFusedOnTheOpsPath; run 121's racecheck report came only once it
+# wrapped). (The split mode's default specs below take the first 5 and 7: the shapes before the 192x144
+# one.) SANITIZE_SHAPES="MxNxK ...":
 # those shapes instead, e.g. racecheck on shapes 10-11 in a call of its own.
 # run_sanitizer TIMEOUT TOOL LOG ARGS...: tests/cuda/sanitize_calls.py ARGS under compute-sanitizer; an
 # error or a wrong result fails the call (rc=1).
