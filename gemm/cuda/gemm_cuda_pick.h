@@ -44,6 +44,9 @@ constexpr int kTall144Config = 10;
 constexpr int kNarrow96TwoAccConfig = 11;
 constexpr int kConfigCount = kNarrow96TwoAccConfig + 1;
 
+// The SM count the rules were measured with: H100/H200 SXM. Only the choice depends on it, not correctness.
+constexpr int64_t kSms = 132;
+
 // How many tiles of `tile` cover `extent` (the last maybe partial).
 inline int64_t ceil_div(int64_t extent, int64_t tile) { return (extent + tile - 1) / tile; }
 
@@ -69,7 +72,6 @@ inline int max_kslices(int64_t tiles, int64_t kblocks, int64_t sms) {
 // Measured on one H200 (NOTES.md, run 2): every configuration and scheduler variant on the 18 challenge
 // shapes and 8192^3; these rules reproduce the per-shape winners (or a variant within ~3% of it).
 inline Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
-  constexpr int64_t kSms = 132;  // H100/H200 SXM; only the choice depends on it, not correctness
   auto const tile_count = [M, N](int64_t bm, int64_t bn) { return ceil_div(M, bm) * ceil_div(N, bn); };
   int64_t const tiles = tile_count(128, 128);
   int64_t const kblocks = K / kBlock;
@@ -261,7 +263,7 @@ inline Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
 // is clean on it, the seed layout takes the preparation pass; the fused kernel runs when asked for
 // (Tuning::seed_fused = 1: tests/cuda/config_sweep.py's `sfused`).
 constexpr bool kSeedFusedOnTheOpsPath = false;
-inline bool pick_seed_fused(int64_t M, int64_t N, int64_t K, int64_t sms = 132) {
+inline bool pick_seed_fused(int64_t M, int64_t N, int64_t K, int64_t sms = kSms) {
   if (M <= 64 || M % 16 != 0 || N % 16 != 0 || K % kBlock != 0) return false;
   int64_t const tiles = ceil_div(M, 128) * ceil_div(N, 128);
   if (tiles > 7 * sms) return false;

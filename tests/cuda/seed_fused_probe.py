@@ -40,7 +40,7 @@ def main() -> int:
         out = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
         if args.profile:
             s = sets[0]
-            mod.seed_cfg(out, s[4], s[5], s[6], s[7], -1, True, 1, 1)
+            mod.seed_cfg(out, *s[4:], -1, True, 1, 1)
             torch.cuda.synchronize()
             continue
         fns = {

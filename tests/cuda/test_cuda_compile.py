@@ -195,8 +195,7 @@ def test_hand_written_wgmma_register_handoff_fits_the_cta(compiled, ptx):
     assert len(regs) == 5 and bodies.keys() == regs.keys(), (sorted(regs), sorted(bodies))
     for name, body in bodies.items():
         consumers = int(re.search(r"ILi\d+ELi(\d)E", name).group(1))
-        (dec,) = map(int, re.findall(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+(\d+)", body))
-        (inc,) = map(int, re.findall(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+(\d+)", body))
+        dec, inc = _register_handoff(body)
         threads = 128 * (1 + consumers)
         assert 128 * (dec + consumers * inc) <= regs[name] * threads, (name[:90], dec, inc, regs[name])
 
@@ -211,8 +210,7 @@ def test_fused_seed_kernel_transposes_with_ldmatrix_and_fits_its_registers(compi
     (k,) = [k for k in _kernels(log) if "seed_fused_kernel" in k["name"]]
     assert k["arch"] == "sm_90a" and k["regs"] == 168 and k["spill"] == 0, k
     (body,) = [b for n, b in _entries(ptx["gemm_cuda_wgmma.cu"]).items() if "seed_fused_kernel" in n]
-    (dec,) = map(int, re.findall(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+(\d+)", body))
-    (inc,) = map(int, re.findall(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+(\d+)", body))
+    dec, inc = _register_handoff(body)
     assert 128 * (dec + 2 * inc) <= 168 * 384, (dec, inc)
     assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in body
     assert "stmatrix.sync.aligned.m8n8.x4.shared.b16" in body
@@ -251,6 +249,13 @@ def test_seed_transpose_kernels_do_not_spill(compiled):
         name for k in ks for name in ("seed_prep_kernel", "transpose_bytes_kernel") if name in k["name"]
     }
     assert all(k["spill"] == 0 for k in ks), ks
+
+
+def _register_handoff(body: str) -> tuple[int, int]:
+    """A warp-specialized kernel's PTX body -> its one setmaxnreg.dec and one setmaxnreg.inc count."""
+    (dec,) = map(int, re.findall(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+(\d+)", body))
+    (inc,) = map(int, re.findall(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+(\d+)", body))
+    return dec, inc
 
 
 _GLOBAL_ACCESS = ("ld.global", "cp.async", "prefetch.tensormap")
