@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 CUDA_DIR = Path(__file__).resolve().parents[2] / "gemm" / "cuda"
-SMS = 132  # pick_tuning's H100/H200 SM count
+SMS = 132  # the rules' H100/H200 SM count (gemm_cuda::kSms: the program below asserts they agree)
 
 # Configuration ids (gemm_cuda_pick.h, and the table in gemm_cuda.cu).
 COOP_128, STREAM_K, PINGPONG_64, KSLICED = 0, 1, 2, 5
@@ -29,6 +29,7 @@ _MAIN = r"""
 #include <cstdio>
 #include "gemm_cuda_pick.h"
 static_assert(gemm_cuda::kConfigCount == CONFIGS, "tests/cuda/test_cuda_pick.py lists every configuration");
+static_assert(gemm_cuda::kSms == SMS, "tests/cuda/test_cuda_pick.py counts the rules' SMs");
 int main() {
   long long m, n, k;
   while (std::scanf("%lld %lld %lld", &m, &n, &k) == 3) {
@@ -37,7 +38,7 @@ int main() {
                 int(gemm_cuda::pick_seed_fused(m, n, k)));
   }
 }
-""".replace("CONFIGS", str(CONFIGS))
+""".replace("CONFIGS", str(CONFIGS)).replace("SMS", str(SMS))
 
 
 @pytest.fixture(scope="module")
