@@ -230,6 +230,11 @@ out = gemm.gemm_natural(x, w, x_scale, w_scale)
 
 # Competition ("seed") layout: a (K, M), b (K, N), a_scale (K/128, M), b_scale (K/128, ceil(N/128)) -> c (M, N) bf16
 c = gemm.gemm(a, b, a_scale, b_scale)
+
+# From bf16: quantize a weight in 128x128 blocks once, then an FP8 nn.Linear (activations quantized per
+# row and 128 elements of K, in plain torch): (..., K) -> (..., N) bf16
+w_fp8, w_scale = gemm.quantize_weight(weight)
+y = gemm.linear(hidden, w_fp8, w_scale, bias)
 ```
 
 ## The op

@@ -5,6 +5,8 @@ Two layouts of the same product, both returning bf16 ``(M, N)``:
 * :func:`gemm` takes the AMD fp8-mm challenge layout (M- and N-contiguous operands).
 * :func:`gemm_natural` takes what model code holds: activations ``(M, K)`` and an ``nn.Linear``
   weight ``(N, K)``.
+* :func:`linear` is an FP8 ``nn.Linear``: it quantizes bf16/fp16/fp32 activations of any leading shape
+  (:func:`quantize_activations`) and runs :func:`gemm_natural` on an FP8 weight (:func:`quantize_weight`).
 
 Every argument is validated here, before any kernel runs; a bad call raises ``ValueError`` or
 ``TypeError`` naming the argument and leaves the output untouched.
@@ -15,20 +17,25 @@ from __future__ import annotations
 import torch
 
 from . import reference
+from ._formats import SUPPORTED_DTYPES
 from ._ops import BACKEND, add_op_namespace_prefix, ops
+from .quantize import INPUT_DTYPES, quantize_activations, quantize_weight
 
-__all__ = ["gemm", "gemm_natural", "reference", "BLOCK", "SUPPORTED_DTYPES", "ACCUMULATION_ALLOWANCE"]
+__all__ = [
+    "gemm",
+    "gemm_natural",
+    "linear",
+    "quantize_activations",
+    "quantize_weight",
+    "reference",
+    "BLOCK",
+    "SUPPORTED_DTYPES",
+    "ACCUMULATION_ALLOWANCE",
+]
 
 BLOCK = 128
 """Scale block size along K (and along N for the weight scales)."""
 
-# The FP8 formats each backend computes with: MI300X (gfx942) hardware uses e4m3fnuz, Hopper e4m3fn.
-_DTYPES_BY_BACKEND = {
-    "cpu": (torch.float8_e4m3fn, torch.float8_e4m3fnuz),
-    "cuda": (torch.float8_e4m3fn,),
-    "rocm": (torch.float8_e4m3fnuz,),
-}
-SUPPORTED_DTYPES: tuple[torch.dtype, ...] = _DTYPES_BY_BACKEND[BACKEND]
 # How this backend's accuracy is tested: the contract's elementwise rule, plus this multiple of the sum of
 # the terms' magnitudes (0 = the rule as written; Hopper's FP8 tensor cores need more: reference.py says why).
 ACCUMULATION_ALLOWANCE: float = reference.ACCUMULATION_ALLOWANCE[BACKEND]
@@ -105,6 +112,60 @@ def gemm_natural(
     out = _output("out", out, M, N, x, (x, w, x_scale, w_scale))
     ops.gemm_natural(x, w, x_scale, w_scale, out)
     return out
+
+
+def linear(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    w_scale: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    power_of_two: bool = False,
+) -> torch.Tensor:
+    """An FP8 ``nn.Linear``: ``x @ (w * w_scale).T + bias``, with ``x`` quantized per row and 128-block of K.
+
+    Args:
+        x: ``(..., K)`` bfloat16, float16 or float32 activations, any leading shape and strides.
+        w: ``(N, K)`` FP8 weight and ``w_scale`` its ``(ceil(N / 128), K // 128)`` float32 block scales:
+            what :func:`quantize_weight` returns, or a DeepSeek-V3 checkpoint's weight and ``weight_scale_inv``.
+            ``x`` is quantized to ``w``'s format.
+        bias: optional ``(N,)`` floating tensor, added to the bfloat16 product.
+        power_of_two: round x's scales up to powers of two (see :func:`quantize_activations`).
+
+    Returns:
+        ``(..., N)`` bfloat16.
+    """
+    _check_fp8("w", w, ("N", "K"))
+    N, K = w.shape
+    if N <= 0:
+        raise ValueError(f"w must have at least one row (N > 0), got shape {tuple(w.shape)}")
+    if K <= 0 or K % BLOCK:
+        raise ValueError(f"w.shape[1] (K) must be a positive multiple of {BLOCK}, got {K}")
+    _check_tensor("w_scale", w_scale, (_ceil_blocks(N), K // BLOCK), torch.float32, w, ("ceil(N/128)", "K/128"))
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in INPUT_DTYPES:
+        wanted = ", ".join(str(d) for d in INPUT_DTYPES)
+        raise TypeError(f"x must be one of {wanted} (linear quantizes it), got {x.dtype}")
+    if x.dim() == 0 or x.shape[-1] != K:
+        raise ValueError(f"x must have shape (..., K) = (..., {K}) to match w's K, got {tuple(x.shape)}")
+    _check_device("x", x, w)
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor):
+            raise TypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
+        if bias.dtype not in INPUT_DTYPES:
+            raise TypeError(f"bias must be one of {', '.join(str(d) for d in INPUT_DTYPES)}, got {bias.dtype}")
+        if tuple(bias.shape) != (N,):
+            raise ValueError(f"bias must have shape (N,) = ({N},) to match w, got {tuple(bias.shape)}")
+        _check_device("bias", bias, w)
+    rows = x.shape[:-1]
+    if x.numel() == 0:
+        return torch.empty((*rows, N), dtype=torch.bfloat16, device=x.device)
+    x_fp8, x_scale = quantize_activations(x.reshape(-1, K), w.dtype, power_of_two=power_of_two)
+    out = gemm_natural(x_fp8, w, x_scale, w_scale)
+    if bias is not None:
+        out.add_(bias)
+    return out.reshape(*rows, N)
 
 
 def _ceil_blocks(n: int) -> int:

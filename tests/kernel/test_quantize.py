@@ -1,0 +1,140 @@
+"""The quantization helpers and `linear`, through the built variant: scales in the op's layouts, values
+within FP8's rounding of the input, `linear` equal to quantize-then-`gemm_natural`, bad input named."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+BLOCK = 128
+# Round to nearest in a format with 3 mantissa bits: at most 2^-4 of the value for normal numbers; in the
+# subnormal range at most half the smallest step, 2^-10 (e4m3fn) or 2^-11 (e4m3fnuz) times the scale.
+RELATIVE_STEP = 2.0**-4
+SUBNORMAL_STEP = 2.0**-10
+
+
+@pytest.fixture(params=["float8_e4m3fn", "float8_e4m3fnuz"])
+def fp8(request, kernel) -> torch.dtype:
+    dtype = getattr(torch, request.param)
+    if dtype not in kernel.SUPPORTED_DTYPES:
+        pytest.skip(f"the {kernel.BACKEND} backend computes in {kernel.SUPPORTED_DTYPES}, not {dtype}")
+    return dtype
+
+
+def _values(rows: int, cols: int, device: str, seed: int, dtype=torch.bfloat16) -> torch.Tensor:
+    """randn with every 128-wide block of a row at its own magnitude (10^-4 .. 10^4): a shared scale would fail."""
+    gen = torch.Generator().manual_seed(seed)
+    magnitude = torch.exp(torch.randn(rows, cols // BLOCK, generator=gen) * 3).repeat_interleave(BLOCK, 1)
+    return (torch.randn(rows, cols, generator=gen) * magnitude).to(dtype).to(device)
+
+
+def _assert_round_trip(values: torch.Tensor, q: torch.Tensor, scale_per_element: torch.Tensor) -> None:
+    x = values.float()
+    err = (q.float() * scale_per_element - x).abs()
+    bound = RELATIVE_STEP * x.abs() + SUBNORMAL_STEP * scale_per_element
+    bad = err > bound
+    assert not bad.any(), f"{int(bad.sum())} values off by more than FP8 rounding, worst {(err - bound).max()}"
+
+
+@pytest.mark.parametrize("power_of_two", [False, True])
+@pytest.mark.parametrize("shape", [(1, 128), (37, 384), (256, 1024)])
+def test_quantize_activations(kernel, device, fp8, shape, power_of_two):
+    M, K = shape
+    x = _values(M, K, device, seed=M + K + power_of_two)
+    q, scale = kernel.quantize_activations(x, fp8, power_of_two=power_of_two)
+    assert q.dtype == fp8 and q.shape == (M, K) and q.is_contiguous()
+    assert scale.dtype == torch.float32 and scale.shape == (M, K // BLOCK) and scale.is_contiguous()
+    # Each block's largest value lands on the format's maximum (within a factor 2 for power-of-two scales).
+    fmax = torch.finfo(fp8).max
+    block_max = q.float().abs().reshape(M, K // BLOCK, BLOCK).amax(dim=2)
+    if power_of_two:
+        assert torch.equal(torch.exp2(torch.log2(scale).round()), scale), "scales are not powers of two"
+        assert ((block_max >= fmax / 2) & (block_max <= fmax)).all(), block_max
+    else:
+        assert torch.equal(block_max, torch.full_like(block_max, fmax)), block_max
+    _assert_round_trip(x, q, scale.repeat_interleave(BLOCK, 1))
+
+
+def test_quantize_weight_partial_row_block(kernel, device, fp8):
+    N, K = 200, 384
+    w = _values(N, K, device, seed=5, dtype=torch.float32)
+    q, scale = kernel.quantize_weight(w, fp8)
+    assert q.dtype == fp8 and q.shape == (N, K) and q.is_contiguous()
+    assert scale.dtype == torch.float32 and scale.shape == (2, 3)
+    fmax = torch.finfo(fp8).max
+    padded = torch.zeros(2 * BLOCK, K, device=device)
+    padded[:N] = q.float().abs()
+    block_max = padded.reshape(2, BLOCK, 3, BLOCK).amax(dim=(1, 3))
+    assert torch.equal(block_max, torch.full_like(block_max, fmax)), block_max
+    _assert_round_trip(w, q, scale.repeat_interleave(BLOCK, 0)[:N].repeat_interleave(BLOCK, 1))
+
+
+def test_zero_blocks_get_scale_one(kernel, device):
+    x = torch.zeros(2, 256, dtype=torch.bfloat16, device=device)
+    x[1, 128:] = -3.0
+    q, scale = kernel.quantize_activations(x)
+    fmax = torch.finfo(q.dtype).max
+    assert scale.tolist()[0] == [1.0, 1.0] and scale[1, 0].item() == 1.0
+    assert scale[1, 1].item() == pytest.approx(3.0 / fmax)
+    assert q[:, :128].float().abs().sum().item() == 0 and q[0].float().abs().sum().item() == 0
+    assert torch.equal(q[1, 128:].float(), torch.full((128,), -fmax, device=device))
+
+
+def test_linear_is_quantize_then_gemm_natural(kernel, device):
+    """`linear` on (2, 5, K) activations with a bias: exactly the op on the quantized pieces, and near the
+    fp32 product of the unquantized operands."""
+    K, N = 512, 300
+    x = _values(10, K, device, seed=11).reshape(2, 5, K)
+    w = torch.randn(N, K, generator=torch.Generator().manual_seed(12)).to(device) / K**0.5
+    bias = torch.randn(N, generator=torch.Generator().manual_seed(13)).to(torch.bfloat16).to(device)
+    w_fp8, w_scale = kernel.quantize_weight(w)
+    out = kernel.linear(x, w_fp8, w_scale, bias)
+    assert out.shape == (2, 5, N) and out.dtype == torch.bfloat16
+
+    x_fp8, x_scale = kernel.quantize_activations(x.reshape(10, K), w_fp8.dtype)
+    expected = kernel.gemm_natural(x_fp8, w_fp8, x_scale, w_scale).add_(bias)
+    assert torch.equal(out.reshape(10, N), expected)
+
+    exact = x.reshape(10, K).float() @ w.float().T + bias.float()
+    relative = ((out.reshape(10, N).float() - exact).norm() / exact.norm()).item()
+    assert relative < 0.05, f"linear is {relative:.3f} off the fp32 product (FP8 rounding gives about 0.03)"
+
+
+def test_linear_without_rows(kernel, device):
+    w_fp8, w_scale = kernel.quantize_weight(torch.randn(64, 256, device=device))
+    out = kernel.linear(torch.empty(0, 3, 256, device=device), w_fp8, w_scale)
+    assert out.shape == (0, 3, 64) and out.dtype == torch.bfloat16
+
+
+def test_linear_under_torch_compile(kernel, device):
+    x = _values(6, 256, device, seed=17)
+    w_fp8, w_scale = kernel.quantize_weight(torch.randn(96, 256, device=device))
+    torch._dynamo.reset()
+    compiled = torch.compile(kernel.linear, fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(x, w_fp8, w_scale), kernel.linear(x, w_fp8, w_scale))
+
+
+def _bad_calls(kernel, device):
+    w_fp8, w_scale = kernel.quantize_weight(torch.randn(64, 256, device=device))
+    x = torch.randn(4, 256, device=device)
+    int_bias = torch.zeros(64, dtype=torch.int64, device=device)
+    return [
+        ("x", TypeError, lambda: kernel.quantize_activations(x.to(torch.int32))),
+        ("x", TypeError, lambda: kernel.quantize_activations(x.tolist())),
+        ("x", ValueError, lambda: kernel.quantize_activations(x[0])),
+        ("x", ValueError, lambda: kernel.quantize_activations(x[:, :200])),
+        ("dtype", TypeError, lambda: kernel.quantize_activations(x, torch.bfloat16)),
+        ("w", ValueError, lambda: kernel.quantize_weight(torch.randn(64, 130, device=device))),
+        ("w", TypeError, lambda: kernel.linear(x, w_fp8.float(), w_scale)),
+        ("w_scale", ValueError, lambda: kernel.linear(x, w_fp8, w_scale[:, :1])),
+        ("x", ValueError, lambda: kernel.linear(x[:, :128], w_fp8, w_scale)),
+        ("x", TypeError, lambda: kernel.linear(x.to(w_fp8.dtype), w_fp8, w_scale)),
+        ("bias", ValueError, lambda: kernel.linear(x, w_fp8, w_scale, torch.zeros(65, device=device))),
+        ("bias", TypeError, lambda: kernel.linear(x, w_fp8, w_scale, int_bias)),
+    ]
+
+
+def test_bad_input_names_the_argument(kernel, device):
+    for name, error, call in _bad_calls(kernel, device):
+        with pytest.raises(error, match=rf"^{name}\b"):
+            call()

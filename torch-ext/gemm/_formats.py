@@ -1,0 +1,16 @@
+"""The FP8 formats each backend computes with: MI300X (gfx942) hardware uses e4m3fnuz, Hopper e4m3fn.
+
+Its own module so that both the op's entry points and the quantization helpers can read it."""
+
+from __future__ import annotations
+
+import torch
+
+from ._ops import BACKEND
+
+_DTYPES_BY_BACKEND = {
+    "cpu": (torch.float8_e4m3fn, torch.float8_e4m3fnuz),
+    "cuda": (torch.float8_e4m3fn,),
+    "rocm": (torch.float8_e4m3fnuz,),
+}
+SUPPORTED_DTYPES: tuple[torch.dtype, ...] = _DTYPES_BY_BACKEND[BACKEND]

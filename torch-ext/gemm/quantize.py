@@ -1,0 +1,107 @@
+"""Block quantization to FP8 in the op's scale layouts, in plain torch: what model code does around the GEMM.
+
+- `quantize_activations(x)`: x (M, K) -> x_fp8 (M, K), x_scale (M, K/128). One scale per row and 128
+  elements of K: how DeepSeek-V3 quantizes its activations at run time.
+- `quantize_weight(w)`: w (N, K) -> w_fp8 (N, K), w_scale (ceil(N/128), K/128). One scale per 128 x 128
+  block: the layout of DeepSeek-V3's checkpoints (their `weight_scale_inv`).
+
+Both return exactly what `gemm_natural` takes. A scale multiplies its block back (x ~ x_fp8 * x_scale), the
+op's convention. It is the block's largest |value| over the format's largest finite value, so that value
+lands on the format's maximum; `power_of_two=True` rounds the scale up to a power of two (the UE8M0 scales
+of DeepSeek-V3.1), which puts the block's largest value in [max / 2, max]. An all-zero block gets scale 1.
+Values are not inspected (that would cost a device sync): a NaN or inf in a block spoils that block only.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ._formats import SUPPORTED_DTYPES
+from ._ops import BACKEND
+
+BLOCK = 128
+INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def quantize_activations(
+    x: torch.Tensor, dtype: torch.dtype | None = None, *, power_of_two: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize ``x`` (M, K) to FP8 with one scale per row and 128 elements of K.
+
+    Args:
+        x: ``(M, K)`` bfloat16, float16 or float32; K a multiple of 128. Any strides.
+        dtype: the FP8 format; the backend's own (``SUPPORTED_DTYPES[0]``) when ``None``.
+        power_of_two: round every scale up to a power of two.
+
+    Returns:
+        ``(x_fp8, x_scale)``: ``(M, K)`` FP8 and ``(M, K // 128)`` float32, both contiguous.
+    """
+    _check_input("x", x, ("M", "K"))
+    fp8 = _check_format(dtype)
+    M, K = x.shape
+    blocks = x.float().reshape(M, K // BLOCK, BLOCK)
+    scale = _scales(blocks.abs().amax(dim=2), fp8, power_of_two)
+    x_fp8 = _cast(blocks / scale.unsqueeze(2), fp8).reshape(M, K)
+    return x_fp8, scale
+
+
+def quantize_weight(
+    w: torch.Tensor, dtype: torch.dtype | None = None, *, power_of_two: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize ``w`` (N, K) to FP8 with one scale per 128 x 128 block (the last row block may be partial).
+
+    Args:
+        w: ``(N, K)`` bfloat16, float16 or float32, e.g. an ``nn.Linear`` weight; K a multiple of 128.
+        dtype: the FP8 format; the backend's own (``SUPPORTED_DTYPES[0]``) when ``None``.
+        power_of_two: round every scale up to a power of two.
+
+    Returns:
+        ``(w_fp8, w_scale)``: ``(N, K)`` FP8 and ``(ceil(N / 128), K // 128)`` float32, both contiguous.
+    """
+    _check_input("w", w, ("N", "K"))
+    fp8 = _check_format(dtype)
+    N, K = w.shape
+    row_blocks = -(-N // BLOCK)
+    # Zero rows up to a whole block: they do not change any block's largest value.
+    padded = F.pad(w.float(), (0, 0, 0, row_blocks * BLOCK - N))
+    blocks = padded.reshape(row_blocks, BLOCK, K // BLOCK, BLOCK)
+    scale = _scales(blocks.abs().amax(dim=(1, 3)), fp8, power_of_two)
+    w_fp8 = _cast(blocks / scale[:, None, :, None], fp8).reshape(row_blocks * BLOCK, K)[:N]
+    return w_fp8.contiguous(), scale
+
+
+def _scales(amax: torch.Tensor, fp8: torch.dtype, power_of_two: bool) -> torch.Tensor:
+    scale = amax / torch.finfo(fp8).max
+    if power_of_two:
+        scale = torch.exp2(torch.ceil(torch.log2(scale)))
+    # A block of zeros (or one whose scale underflows fp32) quantizes to zeros whatever its scale: give it 1.
+    return torch.where(scale > 0, scale, torch.ones_like(scale))
+
+
+def _cast(values: torch.Tensor, fp8: torch.dtype) -> torch.Tensor:
+    # The division can land an ulp past the format's maximum, and out of range casts give NaN, not the max.
+    fmax = torch.finfo(fp8).max
+    return values.clamp(-fmax, fmax).to(fp8)
+
+
+def _check_input(name: str, t: object, dims: tuple[str, str]) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in INPUT_DTYPES:
+        wanted = ", ".join(str(d) for d in INPUT_DTYPES)
+        raise TypeError(f"{name} must be one of {wanted} (the values to quantize), got {t.dtype}")
+    if t.dim() != 2:
+        raise ValueError(f"{name} must be 2-D ({dims[0]}, {dims[1]}), got {t.dim()}-D shape {tuple(t.shape)}")
+    K = t.shape[1]
+    if K <= 0 or K % BLOCK:
+        raise ValueError(f"{name}.shape[1] (K) must be a positive multiple of {BLOCK}, got {K}")
+
+
+def _check_format(dtype: object) -> torch.dtype:
+    if dtype is None:
+        return SUPPORTED_DTYPES[0]
+    if dtype not in SUPPORTED_DTYPES:
+        wanted = " or ".join(str(d) for d in SUPPORTED_DTYPES)
+        raise TypeError(f"dtype must be {wanted} on the {BACKEND} backend, got {dtype}")
+    return dtype
