@@ -223,6 +223,8 @@ import torch
 from kernels import get_kernel
 
 gemm = get_kernel("{repo_id}", version={version})
+# kernels loads only from publishers the Hub marks as trusted; for any other, opt in for this repository:
+# get_kernel("{repo_id}", version={version}, trust_remote_code=["{repo_id}"])
 
 # Natural layout (what nn.Linear-style model code holds):
 # x (M, K) fp8, w (N, K) fp8, x_scale (M, K/128) f32, w_scale (ceil(N/128), K/128) f32 -> out (M, N) bf16

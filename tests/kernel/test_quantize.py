@@ -1,10 +1,13 @@
-"""The quantization helpers and `linear`, through the built variant: scales in the op's layouts, values
-within FP8's rounding of the input, `linear` equal to quantize-then-`gemm_natural`, bad input named."""
+"""The quantization helpers, `linear` and the `FP8Linear` layer, through the built variant: scales in the
+op's layouts, values within FP8's rounding of the input, `linear` equal to quantize-then-`gemm_natural`, the
+e4m3fn -> e4m3fnuz conversion exact, the layer swapped in by `kernels.kernelize`, bad input named."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+
+from tests.conftest import assert_matches
 
 BLOCK = 128
 # Round to nearest in a format with 3 mantissa bits: at most 2^-4 of the value for normal numbers; in the
@@ -114,6 +117,74 @@ def test_linear_under_torch_compile(kernel, device):
     assert torch.equal(compiled(x, w_fp8, w_scale), kernel.linear(x, w_fp8, w_scale))
 
 
+def test_to_e4m3fnuz_keeps_every_value(kernel, device):
+    """All 256 bit patterns: each e4m3fnuz value times the doubled scale is the e4m3fn value (-0 becomes 0)."""
+    fn = torch.arange(256, dtype=torch.uint8, device=device).view(torch.float8_e4m3fn)
+    scale = torch.tensor([0.75], device=device)
+    fnuz, fnuz_scale = kernel.to_e4m3fnuz(fn, scale)
+    assert fnuz.dtype == torch.float8_e4m3fnuz and fnuz_scale.item() == 1.5
+    finite = ~torch.isnan(fn.float())
+    assert int(finite.sum()) == 254
+    assert torch.equal(fnuz.float()[finite] * fnuz_scale, fn.float()[finite] * scale)
+    assert not torch.isnan(fnuz.float()[finite]).any()
+
+
+def test_gemm_on_converted_e4m3fn_operands(kernel, device):
+    """An e4m3fn problem converted with to_e4m3fnuz gives the e4m3fn product on a backend that takes e4m3fnuz."""
+    if torch.float8_e4m3fnuz not in kernel.SUPPORTED_DTYPES:
+        pytest.skip(f"the {kernel.BACKEND} backend computes in e4m3fn itself: nothing to convert")
+    M, N, K = 33, 200, 384
+    gen = torch.Generator().manual_seed(23)
+    x = torch.randn(M, K, generator=gen).to(torch.float8_e4m3fn).to(device)
+    w = torch.randn(N, K, generator=gen).to(torch.float8_e4m3fn).to(device)
+    x_scale = torch.randn(M, K // BLOCK, generator=gen).to(device)
+    w_scale = torch.randn(2, K // BLOCK, generator=gen).to(device)
+    x_fnuz, x_fnuz_scale = kernel.to_e4m3fnuz(x, x_scale)
+    w_fnuz, w_fnuz_scale = kernel.to_e4m3fnuz(w, w_scale)
+    out = kernel.gemm_natural(x_fnuz, w_fnuz, x_fnuz_scale, w_fnuz_scale)
+    ref = kernel.reference.gemm_natural_reference(x, w, x_scale, w_scale)
+    assert_matches(out, ref, "gemm_natural on converted operands")
+    if torch.float8_e4m3fn in kernel.SUPPORTED_DTYPES:  # the CPU backend takes both: the same bits
+        assert torch.equal(out, kernel.gemm_natural(x, w, x_scale, w_scale))
+
+
+def test_kernelize_swaps_in_the_fp8_linear_layer(kernel, device, build_dir):
+    """kernels.kernelize replaces a DeepSeek-style FP8 linear layer's forward with `layers.FP8Linear`'s."""
+    from kernels import LocalLayerRepository, Mode, kernelize, use_kernel_forward_from_hub, use_kernel_mapping
+
+    @use_kernel_forward_from_hub("FP8Linear")
+    class BlockFP8Linear(torch.nn.Module):
+        """The model's own layer: dequantizes the weight and multiplies in fp32."""
+
+        def __init__(self, weight: torch.Tensor, weight_scale_inv: torch.Tensor, bias: torch.Tensor):
+            super().__init__()
+            self.weight = torch.nn.Parameter(weight, requires_grad=False)
+            self.weight_scale_inv = torch.nn.Parameter(weight_scale_inv, requires_grad=False)
+            self.bias = torch.nn.Parameter(bias, requires_grad=False)
+
+        def forward(self, input: torch.Tensor) -> torch.Tensor:
+            N, K = self.weight.shape
+            scale = self.weight_scale_inv.repeat_interleave(BLOCK, 0)[:N].repeat_interleave(BLOCK, 1)
+            w = self.weight.float() * scale
+            return torch.nn.functional.linear(input.float(), w, self.bias.float()).to(input.dtype)
+
+    w_fp8, w_scale = kernel.quantize_weight(torch.randn(200, 256, device=device))
+    bias = torch.randn(200, device=device).to(torch.bfloat16)
+    model = torch.nn.Sequential(BlockFP8Linear(w_fp8, w_scale, bias))
+    x = _values(6, 256, device, seed=29).reshape(2, 3, 256)
+    before = model(x)
+
+    mapping = {"FP8Linear": {kernel.BACKEND: LocalLayerRepository(repo_path=build_dir, layer_name="FP8Linear")}}
+    with use_kernel_mapping(mapping):
+        kernelize(model, mode=Mode.INFERENCE | Mode.TORCH_COMPILE, device=kernel.BACKEND)
+    after = model(x)
+    assert after.shape == (2, 3, 200) and after.dtype == torch.bfloat16
+    assert torch.equal(after, kernel.linear(x, w_fp8, w_scale, bias))
+    assert not torch.equal(after, before), "the forward was not replaced (the fp32 path gives other bits)"
+    relative = ((after.float() - before.float()).norm() / before.float().norm()).item()
+    assert relative < 0.05, f"the layer is {relative:.3f} off the model's own forward"
+
+
 def _bad_calls(kernel, device):
     w_fp8, w_scale = kernel.quantize_weight(torch.randn(64, 256, device=device))
     x = torch.randn(4, 256, device=device)
@@ -131,6 +202,8 @@ def _bad_calls(kernel, device):
         ("x", TypeError, lambda: kernel.linear(x.to(w_fp8.dtype), w_fp8, w_scale)),
         ("bias", ValueError, lambda: kernel.linear(x, w_fp8, w_scale, torch.zeros(65, device=device))),
         ("bias", TypeError, lambda: kernel.linear(x, w_fp8, w_scale, int_bias)),
+        ("w", TypeError, lambda: kernel.to_e4m3fnuz(x, w_scale)),
+        ("w_scale", TypeError, lambda: kernel.to_e4m3fnuz(x.to(torch.float8_e4m3fn), w_scale.double())),
     ]
 
 

@@ -19,7 +19,7 @@ import torch
 from . import reference
 from ._formats import SUPPORTED_DTYPES
 from ._ops import BACKEND, add_op_namespace_prefix, ops
-from .quantize import INPUT_DTYPES, quantize_activations, quantize_weight
+from .quantize import INPUT_DTYPES, quantize_activations, quantize_weight, to_e4m3fnuz
 
 __all__ = [
     "gemm",
@@ -27,6 +27,8 @@ __all__ = [
     "linear",
     "quantize_activations",
     "quantize_weight",
+    "to_e4m3fnuz",
+    "layers",
     "reference",
     "BLOCK",
     "SUPPORTED_DTYPES",
@@ -179,7 +181,10 @@ def _check_fp8(name: str, t: object, dims: tuple[str, str], like: torch.Tensor |
         raise ValueError(f"{name} must be 2-D ({dims[0]}, {dims[1]}), got {t.dim()}-D shape {tuple(t.shape)}")
     if t.dtype not in SUPPORTED_DTYPES:
         wanted = " or ".join(str(d) for d in SUPPORTED_DTYPES)
-        raise TypeError(f"{name} must be {wanted} on the {BACKEND} backend, got {t.dtype}")
+        hint = ""
+        if t.dtype == torch.float8_e4m3fn and torch.float8_e4m3fnuz in SUPPORTED_DTYPES:
+            hint = f" (convert {name} and its scales once, exactly, with gemm.to_e4m3fnuz)"
+        raise TypeError(f"{name} must be {wanted} on the {BACKEND} backend, got {t.dtype}{hint}")
     if like is not None and t.dtype != like.dtype:
         raise TypeError(f"{name} must have the same dtype as the first operand ({like.dtype}), got {t.dtype}")
     _check_device(name, t, like)
@@ -261,3 +266,7 @@ def _gemm_fake(a, b, a_scale, b_scale, c) -> None:
 @torch.library.register_fake(add_op_namespace_prefix("gemm_natural"))
 def _gemm_natural_fake(x, w, x_scale, w_scale, out) -> None:
     return None
+
+
+# Last: the layers call `linear`, defined above.
+from . import layers  # noqa: E402

@@ -4,6 +4,8 @@
   elements of K: how DeepSeek-V3 quantizes its activations at run time.
 - `quantize_weight(w)`: w (N, K) -> w_fp8 (N, K), w_scale (ceil(N/128), K/128). One scale per 128 x 128
   block: the layout of DeepSeek-V3's checkpoints (their `weight_scale_inv`).
+- `to_e4m3fnuz(w, w_scale)`: an e4m3fn weight (such a checkpoint's) and its scales as e4m3fnuz, the format
+  MI300X computes in, exactly.
 
 Both return exactly what `gemm_natural` takes. A scale multiplies its block back (x ~ x_fp8 * x_scale), the
 op's convention. It is the block's largest |value| over the format's largest finite value, so that value
@@ -69,6 +71,32 @@ def quantize_weight(
     scale = _scales(blocks.abs().amax(dim=(1, 3)), fp8, power_of_two)
     w_fp8 = _cast(blocks / scale[:, None, :, None], fp8).reshape(row_blocks * BLOCK, K)[:N]
     return w_fp8.contiguous(), scale
+
+
+def to_e4m3fnuz(w: torch.Tensor, w_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Convert an ``float8_e4m3fn`` tensor and its scales to ``float8_e4m3fnuz`` (MI300X's format), exactly.
+
+    The two formats differ only in the exponent bias (7 and 8), so every bit pattern means half as much in
+    e4m3fnuz: the bits are kept and the scales doubled, and each product is unchanged. The one pattern whose
+    meaning changes otherwise, 0x80 (-0 in e4m3fn, NaN in e4m3fnuz), becomes 0. Do it once, when the weights
+    load (DeepSeek-V3's checkpoints are e4m3fn); e4m3fn NaNs (0x7F, 0xFF) would become +-240.
+
+    Args:
+        w: float8_e4m3fn values, any shape.
+        w_scale: the float32 scales that multiply them, any shape.
+
+    Returns:
+        ``(w_fnuz, 2 * w_scale)``, new tensors.
+    """
+    if not isinstance(w, torch.Tensor) or w.dtype != torch.float8_e4m3fn:
+        got = w.dtype if isinstance(w, torch.Tensor) else type(w).__name__
+        raise TypeError(f"w must be a torch.float8_e4m3fn tensor, got {got}")
+    if not isinstance(w_scale, torch.Tensor) or w_scale.dtype != torch.float32:
+        got = w_scale.dtype if isinstance(w_scale, torch.Tensor) else type(w_scale).__name__
+        raise TypeError(f"w_scale must be a torch.float32 tensor, got {got}")
+    bits = w.view(torch.uint8)
+    bits = torch.where(bits == 0x80, torch.zeros_like(bits), bits)
+    return bits.view(torch.float8_e4m3fnuz), w_scale * 2
 
 
 def _scales(amax: torch.Tensor, fp8: torch.dtype, power_of_two: bool) -> torch.Tensor:

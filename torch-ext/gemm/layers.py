@@ -1,0 +1,27 @@
+"""Layers for `kernels.kernelize`: forwards that replace a model layer's own and read only its attributes.
+
+`FP8Linear` replaces the forward of a block-FP8 linear layer in DeepSeek-V3's format, such as transformers'
+fine-grained FP8 `FP8Linear`: `weight` (N, K) FP8, `weight_scale_inv` (ceil(N/128), K/128) float32, `bias`
+(N,) or None. Register the model's class with `kernels.use_kernel_forward_from_hub("FP8Linear")` (or
+`replace_kernel_forward_from_hub`), map "FP8Linear" to this repository, then `kernels.kernelize(model, ...)`.
+On MI300X the weight must be e4m3fnuz: convert it once with `gemm.to_e4m3fnuz`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from . import linear
+
+
+class FP8Linear(nn.Module):
+    """``input @ (weight * weight_scale_inv).T + bias``, input quantized per row and 128 elements of K."""
+
+    # kernels reads these: the forward has no backward, and traces under torch.compile (fake kernels).
+    can_torch_compile = True
+    has_backward = False
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        out = linear(input, self.weight, self.weight_scale_inv, getattr(self, "bias", None))
+        return out.to(input.dtype)
