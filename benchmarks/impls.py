@@ -61,6 +61,21 @@ def _build_ours(ctx: Context, inp: Inputs, layout: str):
     return (lambda: k.gemm_natural(x, w, sx, sw, out)), None
 
 
+def _build_ours_linear(ctx: Context, inp: Inputs, layout: str):
+    # What model code calls on bf16 activations: gemm.linear, the quantization (plain torch) and the GEMM.
+    k = ctx.kernel
+    hidden = dequantize_x(inp.x, inp.x_scale).to(torch.bfloat16)
+    w, sw = inp.w, inp.w_scale
+
+    def ref() -> tuple[torch.Tensor, torch.Tensor]:
+        x32 = dequantize_x(*k.quantize_activations(hidden, w.dtype))
+        w32 = dequantize_w(w, sw)
+        with fp32_matmul():
+            return x32 @ w32.t(), x32.abs() @ w32.abs().t()
+
+    return (lambda: k.linear(hidden, w, sw)), ref
+
+
 # ---------------------------------------------------------------------------------- naive reference
 
 
@@ -240,6 +255,14 @@ def _ours_available(ctx: Context) -> str | None:
 
 IMPLS: tuple[Impl, ...] = (
     Impl(OURS, "gemm (this kernel)", ("seed", "natural"), _build_ours, _ours_available, peer=False),
+    Impl(
+        "gemm_linear",
+        "gemm.linear (bf16 x quantized in torch, then gemm)",
+        ("natural",),
+        _build_ours_linear,
+        _ours_available,
+        peer=False,
+    ),
     Impl("torch_ref", "naive torch (dequant, fp32 matmul)", ("seed", "natural"), _build_torch_ref),
     Impl("torch_blockwise", "torch blockwise scaled_mm", ("natural",), _build_blockwise, _blockwise_available),
     Impl(

@@ -38,12 +38,18 @@ def test_cpu_run_writes_json_and_png(cpu_run, kernel):
     assert doc["variant"] == stems[".json"].stem
     assert doc["env"]["torch"] == torch.__version__ and doc["env"]["kernels"]
     got = {(r["layout"], r["impl"]) for r in doc["records"]}
-    assert got == {("seed", "gemm"), ("natural", "gemm"), ("seed", "torch_ref"), ("natural", "torch_ref")}
+    assert got == {
+        ("seed", "gemm"),
+        ("natural", "gemm"),
+        ("natural", "gemm_linear"),
+        ("seed", "torch_ref"),
+        ("natural", "torch_ref"),
+    }
     for r in doc["records"]:
         assert (r["m"], r["n"], r["k"]) == (64, 64, 128)
         assert r["us"] > 0 and r["reps"] >= 2 and r["pct_sol"] is None
         assert r["tflops"] == pytest.approx(2 * 64 * 64 * 128 / (r["us"] * 1e-6) / 1e12, rel=1e-3)
-        other = "torch_ref" if r["impl"] == "gemm" else "gemm"
+        other = "torch_ref" if r["impl"] != "torch_ref" else "gemm"
         twin = next(t for t in doc["records"] if t["impl"] == other and t["layout"] == r["layout"])
         assert r[f"ratio_vs_{other}"] == pytest.approx(twin["us"] / r["us"], rel=1e-3)
         assert r["check"] == "elementwise" and r["outside_tol"] == 0
