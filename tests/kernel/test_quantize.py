@@ -58,6 +58,18 @@ def test_quantize_activations(kernel, device, fp8, shape, power_of_two):
     _assert_round_trip(x, q, scale.repeat_interleave(BLOCK, 1))
 
 
+def test_transposed_views_give_row_major_results(kernel, device):
+    """Inputs of any strides (here transposed views) quantize to the same row-major tensors as their copies."""
+    x = _values(256, 384, device, seed=3).T  # (384, 256) with strides (1, 384)
+    for quantize in (kernel.quantize_activations, kernel.quantize_weight):
+        q, scale = quantize(x)
+        q_copy, scale_copy = quantize(x.contiguous())
+        assert q.is_contiguous() and scale.is_contiguous()
+        assert torch.equal(q.view(torch.uint8), q_copy.view(torch.uint8)) and torch.equal(scale, scale_copy)
+    w_fp8, w_scale = kernel.quantize_weight(torch.randn(64, 256, device=device))
+    assert torch.equal(kernel.linear(x, w_fp8, w_scale), kernel.linear(x.contiguous(), w_fp8, w_scale))
+
+
 def test_quantize_weight_partial_row_block(kernel, device, fp8):
     N, K = 200, 384
     w = _values(N, K, device, seed=5, dtype=torch.float32)

@@ -42,7 +42,8 @@ def quantize_activations(
     _check_input("x", x, ("M", "K"))
     fp8 = _check_format(dtype)
     M, K = x.shape
-    blocks = x.float().reshape(M, K // BLOCK, BLOCK)
+    # Row-major fp32 whatever x's strides: elementwise ops keep their input's layout, and the op wants rows.
+    blocks = x.to(torch.float32, memory_format=torch.contiguous_format).view(M, K // BLOCK, BLOCK)
     scale = _scales(blocks.abs().amax(dim=2), fp8, power_of_two)
     x_fp8 = _cast(blocks / scale.unsqueeze(2), fp8).reshape(M, K)
     return x_fp8, scale
@@ -66,8 +67,8 @@ def quantize_weight(
     N, K = w.shape
     row_blocks = -(-N // BLOCK)
     # Zero rows up to a whole block: they do not change any block's largest value.
-    padded = F.pad(w.float(), (0, 0, 0, row_blocks * BLOCK - N))
-    blocks = padded.reshape(row_blocks, BLOCK, K // BLOCK, BLOCK)
+    padded = F.pad(w.to(torch.float32, memory_format=torch.contiguous_format), (0, 0, 0, row_blocks * BLOCK - N))
+    blocks = padded.view(row_blocks, BLOCK, K // BLOCK, BLOCK)
     scale = _scales(blocks.abs().amax(dim=(1, 3)), fp8, power_of_two)
     w_fp8 = _cast(blocks / scale[:, None, :, None], fp8).reshape(row_blocks * BLOCK, K)[:N]
     return w_fp8.contiguous(), scale
