@@ -60,14 +60,16 @@ def test_quantize_activations(kernel, device, fp8, shape, power_of_two):
 
 def test_transposed_views_give_row_major_results(kernel, device):
     """Inputs of any strides (here transposed views) quantize to the same row-major tensors as their copies."""
-    x = _values(256, 384, device, seed=3).T  # (384, 256) with strides (1, 384)
-    for quantize in (kernel.quantize_activations, kernel.quantize_weight):
-        q, scale = quantize(x)
-        q_copy, scale_copy = quantize(x.contiguous())
-        assert q.is_contiguous() and scale.is_contiguous()
-        assert torch.equal(q.view(torch.uint8), q_copy.view(torch.uint8)) and torch.equal(scale, scale_copy)
     w_fp8, w_scale = kernel.quantize_weight(torch.randn(64, 256, device=device))
-    assert torch.equal(kernel.linear(x, w_fp8, w_scale), kernel.linear(x.contiguous(), w_fp8, w_scale))
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        x = torch.randn(256, 384, device=device).T.to(dtype)  # (384, 256) with strides (1, 384); fits fp16
+        assert not x.is_contiguous()
+        for quantize in (kernel.quantize_activations, kernel.quantize_weight):
+            q, scale = quantize(x)
+            q_copy, scale_copy = quantize(x.contiguous())
+            assert q.is_contiguous() and scale.is_contiguous(), (dtype, quantize.__name__)
+            assert torch.equal(q.view(torch.uint8), q_copy.view(torch.uint8)) and torch.equal(scale, scale_copy)
+        assert torch.equal(kernel.linear(x, w_fp8, w_scale), kernel.linear(x.contiguous(), w_fp8, w_scale))
 
 
 def test_quantize_weight_partial_row_block(kernel, device, fp8):
@@ -115,6 +117,32 @@ def test_linear_is_quantize_then_gemm_natural(kernel, device):
     assert relative < 0.05, f"linear is {relative:.3f} off the fp32 product (FP8 rounding gives about 0.03)"
 
 
+def test_linear_takes_the_weights_format_and_power_of_two(kernel, device):
+    """x is quantized to w's FP8 format (the last supported one here, not the default) with the scales asked for."""
+    fmt = kernel.SUPPORTED_DTYPES[-1]
+    x = _values(8, 384, device, seed=19)
+    w_fp8, w_scale = kernel.quantize_weight(torch.randn(130, 384, device=device), fmt, power_of_two=True)
+    assert w_fp8.dtype == fmt and torch.equal(torch.exp2(torch.log2(w_scale).round()), w_scale)
+    for power_of_two in (False, True):
+        x_fp8, x_scale = kernel.quantize_activations(x, fmt, power_of_two=power_of_two)
+        expected = kernel.gemm_natural(x_fp8, w_fp8, x_scale, w_scale)
+        assert torch.equal(kernel.linear(x, w_fp8, w_scale, power_of_two=power_of_two), expected)
+    x_p2, _ = kernel.quantize_activations(x, fmt, power_of_two=True)
+    x_exact, _ = kernel.quantize_activations(x, fmt)
+    assert not torch.equal(x_p2.view(torch.uint8), x_exact.view(torch.uint8)), "power_of_two changed nothing"
+
+
+def test_linear_is_inference_only(kernel, device):
+    """No half-differentiable result: with x and bias requiring grad, the output carries no graph."""
+    w_fp8, w_scale = kernel.quantize_weight(torch.randn(64, 256, device=device))
+    x = torch.randn(3, 256, device=device, requires_grad=True)
+    bias = torch.randn(64, device=device, requires_grad=True)
+    out = kernel.linear(x, w_fp8, w_scale, bias)
+    assert not out.requires_grad and out.grad_fn is None
+    q, scale = kernel.quantize_activations(x)
+    assert not q.requires_grad and not scale.requires_grad
+
+
 def test_linear_without_rows(kernel, device):
     w_fp8, w_scale = kernel.quantize_weight(torch.randn(64, 256, device=device))
     out = kernel.linear(torch.empty(0, 3, 256, device=device), w_fp8, w_scale)
@@ -130,7 +158,8 @@ def test_linear_under_torch_compile(kernel, device):
 
 
 def test_to_e4m3fnuz_keeps_every_value(kernel, device):
-    """All 256 bit patterns: each e4m3fnuz value times the doubled scale is the e4m3fn value (-0 becomes 0)."""
+    """All 256 bit patterns: each e4m3fnuz value times the doubled scale is the e4m3fn value (-0 becomes 0);
+    the NaNs stay NaN."""
     fn = torch.arange(256, dtype=torch.uint8, device=device).view(torch.float8_e4m3fn)
     scale = torch.tensor([0.75], device=device)
     fnuz, fnuz_scale = kernel.to_e4m3fnuz(fn, scale)
@@ -138,7 +167,7 @@ def test_to_e4m3fnuz_keeps_every_value(kernel, device):
     finite = ~torch.isnan(fn.float())
     assert int(finite.sum()) == 254
     assert torch.equal(fnuz.float()[finite] * fnuz_scale, fn.float()[finite] * scale)
-    assert not torch.isnan(fnuz.float()[finite]).any()
+    assert not torch.isnan(fnuz.float()[finite]).any() and torch.isnan(fnuz.float()[~finite]).all()
 
 
 def test_gemm_on_converted_e4m3fn_operands(kernel, device):
@@ -193,6 +222,9 @@ def test_kernelize_swaps_in_the_fp8_linear_layer(kernel, device, build_dir):
     assert after.shape == (2, 3, 200) and after.dtype == torch.bfloat16
     assert torch.equal(after, kernel.linear(x, w_fp8, w_scale, bias))
     assert not torch.equal(after, before), "the forward was not replaced (the fp32 path gives other bits)"
+    after32 = model(x.float())
+    assert after32.dtype == torch.float32, "the layer returns its input's dtype, as the model's own does"
+    assert torch.equal(after32, kernel.linear(x.float(), w_fp8, w_scale, bias).float())
     relative = ((after.float() - before.float()).norm() / before.float().norm()).item()
     assert relative < 0.05, f"the layer is {relative:.3f} off the model's own forward"
 
@@ -214,6 +246,7 @@ def _bad_calls(kernel, device):
         ("x", TypeError, lambda: kernel.linear(x.to(w_fp8.dtype), w_fp8, w_scale)),
         ("bias", ValueError, lambda: kernel.linear(x, w_fp8, w_scale, torch.zeros(65, device=device))),
         ("bias", TypeError, lambda: kernel.linear(x, w_fp8, w_scale, int_bias)),
+        ("power_of_two", TypeError, lambda: kernel.quantize_activations(x, power_of_two="no")),
         ("w", TypeError, lambda: kernel.to_e4m3fnuz(x, w_scale)),
         ("w_scale", TypeError, lambda: kernel.to_e4m3fnuz(x.to(torch.float8_e4m3fn), w_scale.double())),
     ]

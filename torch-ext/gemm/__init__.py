@@ -135,7 +135,7 @@ def linear(
         power_of_two: round x's scales up to powers of two (see :func:`quantize_activations`).
 
     Returns:
-        ``(..., N)`` bfloat16.
+        ``(..., N)`` bfloat16. Inference only: no gradient flows through it (the FP8 op has no backward).
     """
     _check_fp8("w", w, ("N", "K"))
     N, K = w.shape
@@ -151,7 +151,7 @@ def linear(
         raise TypeError(f"x must be one of {wanted} (linear quantizes it), got {x.dtype}")
     if x.dim() == 0 or x.shape[-1] != K:
         raise ValueError(f"x must have shape (..., K) = (..., {K}) to match w's K, got {tuple(x.shape)}")
-    _check_device("x", x, w)
+    _check_same_device("x", x, w)
     if bias is not None:
         if not isinstance(bias, torch.Tensor):
             raise TypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
@@ -159,15 +159,22 @@ def linear(
             raise TypeError(f"bias must be one of {', '.join(str(d) for d in INPUT_DTYPES)}, got {bias.dtype}")
         if tuple(bias.shape) != (N,):
             raise ValueError(f"bias must have shape (N,) = ({N},) to match w, got {tuple(bias.shape)}")
-        _check_device("bias", bias, w)
+        _check_same_device("bias", bias, w)
     rows = x.shape[:-1]
     if x.numel() == 0:
         return torch.empty((*rows, N), dtype=torch.bfloat16, device=x.device)
-    x_fp8, x_scale = quantize_activations(x.reshape(-1, K), w.dtype, power_of_two=power_of_two)
-    out = gemm_natural(x_fp8, w, x_scale, w_scale)
-    if bias is not None:
-        out.add_(bias)
+    with torch.no_grad():  # a bias that requires grad would otherwise make a half-differentiable result
+        x_fp8, x_scale = quantize_activations(x.reshape(-1, K), w.dtype, power_of_two=power_of_two)
+        out = gemm_natural(x_fp8, w, x_scale, w_scale)
+        if bias is not None:
+            out.add_(bias)
     return out.reshape(*rows, N)
+
+
+def _check_same_device(name: str, t: torch.Tensor, w: torch.Tensor) -> None:
+    _check_device(name, t, None)
+    if t.device != w.device:
+        raise ValueError(f"{name} must be on w's device ({w.device}), got {t.device}")
 
 
 def _ceil_blocks(n: int) -> int:

@@ -23,5 +23,8 @@ class FP8Linear(nn.Module):
     has_backward = False
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
+        block = getattr(self, "block_size", None)  # transformers' FP8Linear records it
+        if block is not None and tuple(block) != (128, 128):
+            raise ValueError(f"FP8Linear: the op takes 128 x 128 weight blocks, this layer has {tuple(block)}")
         out = linear(input, self.weight, self.weight_scale_inv, getattr(self, "bias", None))
         return out.to(input.dtype)

@@ -12,6 +12,7 @@ op's convention. It is the block's largest |value| over the format's largest fin
 lands on the format's maximum; `power_of_two=True` rounds the scale up to a power of two (the UE8M0 scales
 of DeepSeek-V3.1), which puts the block's largest value in [max / 2, max]. An all-zero block gets scale 1.
 Values are not inspected (that would cost a device sync): a NaN or inf in a block spoils that block only.
+Inference only: the results carry no gradient.
 """
 
 from __future__ import annotations
@@ -40,12 +41,14 @@ def quantize_activations(
         ``(x_fp8, x_scale)``: ``(M, K)`` FP8 and ``(M, K // 128)`` float32, both contiguous.
     """
     _check_input("x", x, ("M", "K"))
-    fp8 = _check_format(dtype)
+    fp8 = _check_format(dtype, power_of_two)
     M, K = x.shape
-    # Row-major fp32 whatever x's strides: elementwise ops keep their input's layout, and the op wants rows.
-    blocks = x.to(torch.float32, memory_format=torch.contiguous_format).view(M, K // BLOCK, BLOCK)
-    scale = _scales(blocks.abs().amax(dim=2), fp8, power_of_two)
-    x_fp8 = _cast(blocks / scale.unsqueeze(2), fp8).reshape(M, K)
+    # Row-major fp32 whatever x's strides (elementwise ops keep their input's layout, and the op wants rows;
+    # .to() alone returns an fp32 x itself).
+    blocks = x.to(torch.float32).contiguous().view(M, K // BLOCK, BLOCK)
+    with torch.no_grad():
+        scale = _scales(blocks.abs().amax(dim=2), fp8, power_of_two)
+        x_fp8 = _cast(blocks / scale.unsqueeze(2), fp8).reshape(M, K)
     return x_fp8, scale
 
 
@@ -63,14 +66,15 @@ def quantize_weight(
         ``(w_fp8, w_scale)``: ``(N, K)`` FP8 and ``(ceil(N / 128), K // 128)`` float32, both contiguous.
     """
     _check_input("w", w, ("N", "K"))
-    fp8 = _check_format(dtype)
+    fp8 = _check_format(dtype, power_of_two)
     N, K = w.shape
     row_blocks = -(-N // BLOCK)
     # Zero rows up to a whole block: they do not change any block's largest value.
-    padded = F.pad(w.to(torch.float32, memory_format=torch.contiguous_format), (0, 0, 0, row_blocks * BLOCK - N))
+    padded = F.pad(w.to(torch.float32).contiguous(), (0, 0, 0, row_blocks * BLOCK - N))
     blocks = padded.view(row_blocks, BLOCK, K // BLOCK, BLOCK)
-    scale = _scales(blocks.abs().amax(dim=(1, 3)), fp8, power_of_two)
-    w_fp8 = _cast(blocks / scale[:, None, :, None], fp8).reshape(row_blocks * BLOCK, K)[:N]
+    with torch.no_grad():
+        scale = _scales(blocks.abs().amax(dim=(1, 3)), fp8, power_of_two)
+        w_fp8 = _cast(blocks / scale[:, None, :, None], fp8).reshape(row_blocks * BLOCK, K)[:N]
     return w_fp8.contiguous(), scale
 
 
@@ -79,8 +83,8 @@ def to_e4m3fnuz(w: torch.Tensor, w_scale: torch.Tensor) -> tuple[torch.Tensor, t
 
     The two formats differ only in the exponent bias (7 and 8), so every bit pattern means half as much in
     e4m3fnuz: the bits are kept and the scales doubled, and each product is unchanged. The one pattern whose
-    meaning changes otherwise, 0x80 (-0 in e4m3fn, NaN in e4m3fnuz), becomes 0. Do it once, when the weights
-    load (DeepSeek-V3's checkpoints are e4m3fn); e4m3fn NaNs (0x7F, 0xFF) would become +-240.
+    meaning changes otherwise, 0x80 (-0 in e4m3fn, NaN in e4m3fnuz), becomes 0, and the NaNs (0x7F, 0xFF)
+    become e4m3fnuz's NaN (0x80). Do it once, when the weights load (DeepSeek-V3's checkpoints are e4m3fn).
 
     Args:
         w: float8_e4m3fn values, any shape.
@@ -96,7 +100,8 @@ def to_e4m3fnuz(w: torch.Tensor, w_scale: torch.Tensor) -> tuple[torch.Tensor, t
         got = w_scale.dtype if isinstance(w_scale, torch.Tensor) else type(w_scale).__name__
         raise TypeError(f"w_scale must be a torch.float32 tensor, got {got}")
     bits = w.view(torch.uint8)
-    bits = torch.where(bits == 0x80, torch.zeros_like(bits), bits)
+    bits = torch.where(bits == 0x80, torch.zeros_like(bits), bits)  # -0: NaN in e4m3fnuz
+    bits = torch.where((bits & 0x7F) == 0x7F, torch.full_like(bits, 0x80), bits)  # NaN stays NaN
     return bits.view(torch.float8_e4m3fnuz), w_scale * 2
 
 
@@ -127,7 +132,9 @@ def _check_input(name: str, t: object, dims: tuple[str, str]) -> None:
         raise ValueError(f"{name}.shape[1] (K) must be a positive multiple of {BLOCK}, got {K}")
 
 
-def _check_format(dtype: object) -> torch.dtype:
+def _check_format(dtype: object, power_of_two: object) -> torch.dtype:
+    if not isinstance(power_of_two, bool):
+        raise TypeError(f"power_of_two must be a bool, got {type(power_of_two).__name__}")
     if dtype is None:
         return SUPPORTED_DTYPES[0]
     if dtype not in SUPPORTED_DTYPES:
