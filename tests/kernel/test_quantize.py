@@ -86,15 +86,37 @@ def test_quantize_weight_partial_row_block(kernel, device, fp8):
     _assert_round_trip(w, q, scale.repeat_interleave(BLOCK, 0)[:N].repeat_interleave(BLOCK, 1))
 
 
-def test_zero_blocks_get_scale_one(kernel, device):
-    x = torch.zeros(2, 256, dtype=torch.bfloat16, device=device)
-    x[1, 128:] = -3.0
-    q, scale = kernel.quantize_activations(x)
-    fmax = torch.finfo(q.dtype).max
-    assert scale.tolist()[0] == [1.0, 1.0] and scale[1, 0].item() == 1.0
-    assert scale[1, 1].item() == pytest.approx(3.0 / fmax)
-    assert q[:, :128].float().abs().sum().item() == 0 and q[0].float().abs().sum().item() == 0
-    assert torch.equal(q[1, 128:].float(), torch.full((128,), -fmax, device=device))
+def test_zero_and_tiny_blocks(kernel, device):
+    """An all-zero block gets the smallest normal fp32 scale and zeros; a block of fp32 subnormals (whose
+    scale would be subnormal too) still lands within the format's range."""
+    tiny = torch.finfo(torch.float32).tiny
+    for fp8 in kernel.SUPPORTED_DTYPES:
+        fmax = torch.finfo(fp8).max
+        x = torch.zeros(3, 256, device=device)
+        x[1, 128:] = -3.0
+        # Largest value 1.45 x max x 2^-149: amax / max rounds to the smallest subnormal, 1.45x too small,
+        # and the division would land at 1.45 x max (NaN in e4m3fnuz) without the scales' lower bound.
+        x[2, :] = torch.linspace(-1.45 * fmax * 2.0**-149, 1.45 * fmax * 2.0**-149, 256)
+        q, scale = kernel.quantize_activations(x, fp8)
+        assert scale[0].tolist() == [tiny, tiny] and scale[1, 0].item() == tiny
+        assert scale[1, 1].item() == pytest.approx(3.0 / fmax)
+        assert q[0].float().abs().sum().item() == 0 and q[1, :128].float().abs().sum().item() == 0
+        assert torch.equal(q[1, 128:].float(), torch.full((128,), -fmax, device=device))
+        assert torch.isfinite(q[2].float()).all() and q[2].float().abs().max().item() <= fmax
+
+
+def test_quantizers_match_the_plain_formula(kernel, device, fp8):
+    """Bit for bit: x / scale in fp32, one round-to-nearest cast (however the quantizer fuses its passes)."""
+    x = _values(64, 512, device, seed=31)
+    q, scale = kernel.quantize_activations(x, fp8)
+    amax = x.float().abs().reshape(64, 4, BLOCK).amax(dim=2)
+    assert torch.equal(scale, amax / torch.finfo(fp8).max)
+    plain = (x.float() / scale.repeat_interleave(BLOCK, 1)).to(fp8)
+    assert torch.equal(q.view(torch.uint8), plain.view(torch.uint8))
+    w = _values(200, 256, device, seed=37)
+    q, scale = kernel.quantize_weight(w, fp8)
+    plain = (w.float() / scale.repeat_interleave(BLOCK, 0)[:200].repeat_interleave(BLOCK, 1)).to(fp8)
+    assert torch.equal(q.view(torch.uint8), plain.view(torch.uint8))
 
 
 def test_linear_is_quantize_then_gemm_natural(kernel, device):
