@@ -15,6 +15,8 @@
 #   bash scripts/device_run.sh sweep   # JIT build once, then tests/cuda/config_sweep.py (SWEEP_VARIANTS,
 #                                      # SWEEP_SHAPES, SWEEP_ROUNDS); .cache/cuda_prebuilt/*.o if carried
 #                                      # (linked as they are: carry them only if built from these sources)
+#   bash scripts/device_run.sh fused   # JIT build + the fused seed kernel (Tuning.seed_fused): fp32 checks,
+#                                      # memcheck, racecheck where its stage ring wraps, sweep pick,spick,sfused
 # Logs and results go to $OUT. See gemm/cuda/NOTES.md.
 set -u -o pipefail
 mode=${1:-jit}
