@@ -87,34 +87,46 @@ def test_quantize_weight_partial_row_block(kernel, device, fp8):
 
 
 def test_zero_and_tiny_blocks(kernel, device):
-    """An all-zero block gets the smallest normal fp32 scale and zeros; a block of fp32 subnormals (whose
-    scale would be subnormal too) still lands within the format's range."""
+    """An all-zero block gets the smallest normal fp32 scale and zeros. So does a block of fp32 subnormals,
+    whose own scale would be subnormal (too few bits: e4m3fnuz values would go past the range, to NaN). A
+    block at 2^-130, below max x 2^-126, keeps that scale and still rounds within FP8's steps."""
     tiny = torch.finfo(torch.float32).tiny
     for fp8 in kernel.SUPPORTED_DTYPES:
         fmax = torch.finfo(fp8).max
-        x = torch.zeros(3, 256, device=device)
+        x = torch.zeros(4, 256, device=device)
         x[1, 128:] = -3.0
-        # Largest value 1.45 x max x 2^-149: amax / max rounds to the smallest subnormal, 1.45x too small,
-        # and the division would land at 1.45 x max (NaN in e4m3fnuz) without the scales' lower bound.
+        # Largest value 1.45 x max x 2^-149: amax / max would round to the smallest subnormal, 1.45x too
+        # small, and the division would land at 1.45 x max.
         x[2, :] = torch.linspace(-1.45 * fmax * 2.0**-149, 1.45 * fmax * 2.0**-149, 256)
+        x[3, :] = torch.linspace(-(2.0**-130), 2.0**-130, 256)
         q, scale = kernel.quantize_activations(x, fp8)
         assert scale[0].tolist() == [tiny, tiny] and scale[1, 0].item() == tiny
+        assert scale[2].tolist() == [tiny, tiny] and scale[3].tolist() == [tiny, tiny]
         assert scale[1, 1].item() == pytest.approx(3.0 / fmax)
         assert q[0].float().abs().sum().item() == 0 and q[1, :128].float().abs().sum().item() == 0
         assert torch.equal(q[1, 128:].float(), torch.full((128,), -fmax, device=device))
-        assert torch.isfinite(q[2].float()).all() and q[2].float().abs().max().item() <= fmax
+        assert q[2].float().abs().sum().item() == 0
+        _assert_round_trip(x[3:], q[3:], scale[3:].repeat_interleave(BLOCK, 1))
+        assert q[3].float().abs().max().item() == 2.0**-4  # 2^-130 / 2^-126, a normal FP8 value
 
 
-def test_quantizers_match_the_plain_formula(kernel, device, fp8):
-    """Bit for bit: x / scale in fp32, one round-to-nearest cast (however the quantizer fuses its passes)."""
-    x = _values(64, 512, device, seed=31)
-    q, scale = kernel.quantize_activations(x, fp8)
-    amax = x.float().abs().reshape(64, 4, BLOCK).amax(dim=2)
-    assert torch.equal(scale, amax / torch.finfo(fp8).max)
+@pytest.mark.parametrize("one_pass", [False, True], ids=["plain-forms", "one-pass-forms"])
+@pytest.mark.parametrize("power_of_two", [False, True])
+@pytest.mark.parametrize("input_dtype", ["bfloat16", "float16", "float32"])
+def test_quantizers_match_the_plain_formula(kernel, device, fp8, input_dtype, power_of_two, one_pass, monkeypatch):
+    """Bit for bit: x / scale in fp32, one round-to-nearest cast; with the forms this device uses and, forced,
+    with the other ones (the GPU's one-pass forms run on CPU tensors here)."""
+    if one_pass != (device != "cpu"):
+        monkeypatch.setattr(kernel.quantize, "_one_pass_forms", lambda t: one_pass)
+    dtype = getattr(torch, input_dtype)
+    x = (_values(64, 512, device, seed=31, dtype=torch.float32) / 1e3).to(dtype)  # within fp16's range
+    q, scale = kernel.quantize_activations(x, fp8, power_of_two=power_of_two)
+    exact = x.float().abs().reshape(64, 4, BLOCK).amax(dim=2) / torch.finfo(fp8).max
+    assert torch.equal(scale, torch.exp2(torch.ceil(torch.log2(exact))) if power_of_two else exact)
     plain = (x.float() / scale.repeat_interleave(BLOCK, 1)).to(fp8)
     assert torch.equal(q.view(torch.uint8), plain.view(torch.uint8))
-    w = _values(200, 256, device, seed=37)
-    q, scale = kernel.quantize_weight(w, fp8)
+    w = (_values(200, 256, device, seed=37, dtype=torch.float32) / 1e3).to(dtype)
+    q, scale = kernel.quantize_weight(w, fp8, power_of_two=power_of_two)
     plain = (w.float() / scale.repeat_interleave(BLOCK, 0)[:200].repeat_interleave(BLOCK, 1)).to(fp8)
     assert torch.equal(q.view(torch.uint8), plain.view(torch.uint8))
 

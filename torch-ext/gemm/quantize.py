@@ -11,7 +11,9 @@ Both return exactly what `gemm_natural` takes. A scale multiplies its block back
 op's convention. It is the block's largest |value| over the format's largest finite value, so that value
 lands on the format's maximum; `power_of_two=True` rounds the scale up to a power of two (the UE8M0 scales
 of DeepSeek-V3.1), which puts the block's largest value in [max / 2, max]. No scale is below 2^-126, the
-smallest normal float32: an all-zero block gets that one.
+smallest normal float32 (a subnormal one could send values past the format's range): an all-zero block gets
+that scale, and so does a block whose largest |value| is below max x 2^-126 (about 5e-36), which then
+keeps fewer bits, down to zeros below about 1e-41. Activations and weights never come near that.
 Values are not inspected (that would cost a device sync): a NaN or inf in a block spoils that block only.
 Inference only: the results carry no gradient.
 """
@@ -107,9 +109,15 @@ def to_e4m3fnuz(w: torch.Tensor, w_scale: torch.Tensor) -> tuple[torch.Tensor, t
     return bits.view(torch.float8_e4m3fnuz), w_scale * 2
 
 
+def _one_pass_forms(t: torch.Tensor) -> bool:
+    """Whether to use the one-pass forms below (GPUs) or the plain ones (CPU, where they are faster). Both
+    give the same bits; the tests run both on CPU tensors."""
+    return t.device.type != "cpu"
+
+
 def _block_amax(blocks: torch.Tensor, dim: int | tuple[int, ...]) -> torch.Tensor:
     """The largest |value| of each block, in fp32 (exact: it is one of the values)."""
-    if blocks.device.type == "cpu":  # torch's CPU infinity norm is a slow path (7x abs + amax, measured)
+    if not _one_pass_forms(blocks):  # torch's CPU infinity norm is a slow path (7x abs + amax, measured)
         return blocks.abs().amax(dim=dim).float()
     # On a GPU, one pass reading the input's own dtype instead of writing |blocks| and reading it back.
     return torch.linalg.vector_norm(blocks, ord=math.inf, dim=dim, dtype=torch.float32)
@@ -128,8 +136,9 @@ def _divide_into(fp8: torch.dtype, values: torch.Tensor, scale: torch.Tensor) ->
     """values / scale in fp32, rounded once to fp8 (round to nearest even): the same bits either way below.
 
     No clamp is needed: |values| / scale is at most the format's maximum times (1 + a few fp32 ulps), well
-    short of where rounding leaves the range (464 for e4m3fn, 248 for e4m3fnuz)."""
-    if values.device.type == "cpu":  # the cast on store is slower than a separate cast on CPU (measured)
+    short of where the cast leaves the range (e4m3fnuz gives NaN from 248; e4m3fn saturates in torch 2.13,
+    and gave NaN from 464 in older versions)."""
+    if not _one_pass_forms(values):  # the cast on store is slower than a separate cast on CPU (measured)
         return (values / scale).to(fp8)
     # On a GPU, one pass: the quotient is cast as it is stored, with no fp32 tensor written and read back.
     return torch.div(values, scale, out=torch.empty(values.shape, dtype=fp8, device=values.device))
