@@ -73,7 +73,8 @@ sweep() {
 # Every JIT load (tests/cuda/device_check.load_jit) links .cache/cuda_prebuilt/*.o when carried, so all
 # tools of one call share one build: a tool that built its own under a timeout could leave torch's build
 # lock behind, and every later load waits on it.
-[ -d .cache/cuda_prebuilt ] && export GEMM_CUDA_PREBUILT=.cache/cuda_prebuilt
+# (GEMM_CUDA_PREBUILT set by the caller picks another directory, e.g. .cache/cuda_prebuilt_dsmem.)
+if [ -z "${GEMM_CUDA_PREBUILT:-}" ] && [ -d .cache/cuda_prebuilt ]; then export GEMM_CUDA_PREBUILT=.cache/cuda_prebuilt; fi
 if [ "$mode" = jit ]; then
   python3 tests/cuda/device_check.py --out "$OUT" --build-only 2>&1 | tail -n 30 || exit 1
   timeout 120 python3 tests/cuda/probe.py crash 2>&1 | tee -a "$OUT/probes.log" | tail -n 12

@@ -199,6 +199,7 @@ void seed_with_config(at::Tensor &c, at::Tensor const &a, at::Tensor const &b, a
     g.K = static_cast<int>(K);
     g.device = device;
     g.sm_count = sm_count(device);
+    g.share = tuning.seed_fused > 1 ? tuning.seed_fused : 1;  // the diagnostic (Tuning::seed_fused)
     if (seed_fused_fits(g)) {
       int const rc = run_seed_fused(g, c10::cuda::getCurrentCUDAStream(g.device).stream());
       if (rc < 0) C10_CUDA_CHECK(static_cast<cudaError_t>(-rc));

@@ -580,12 +580,33 @@ __device__ __forceinline__ void issue_batch_rs(float *acc, uint32_t *a, uint64_t
 }
 #endif  // GEMM_WGMMA_DEVICE
 
-__global__ void __launch_bounds__(seed_fused::kThreads, 1)
-    seed_fused_kernel(__grid_constant__ CUtensorMap const map_a, __grid_constant__ CUtensorMap const map_b,
-                      __grid_constant__ CUtensorMap const map_d, __nv_bfloat16 *d, int64_t ldd,
-                      float const *__restrict__ sa, float const *__restrict__ sb, int M, int N, Schedule sched) {
 #ifdef GEMM_WGMMA_DEVICE
+// A barrier across the thread block cluster: every thread of every CTA in it arrives, then waits.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+
+// kShare = 1: the shipped kernel. kShare = 2 or 4 (only with GEMM_SEED_DSMEM_EXPERIMENT, see
+// seed_fused_share_kernel): a TIMING-ONLY diagnostic, wrong results by design. Each CTA of a cluster of
+// kShare transposes 1 / kShare of its B box and also stores each transposed piece into the other CTAs' K-major
+// tiles through distributed shared memory, with none of the barriers that would order those stores (the
+// cluster's CTAs do not even share an N tile). What it measures: whether the shared-memory traffic of B's
+// transpose shared across a cluster along M (NOTES.md, "Left to do") runs at the speed its wavefront count
+// promises, before the barriers that design needs are written.
+template <int kShare>
+__device__ __forceinline__ void seed_fused_body(CUtensorMap const *map_a_ptr, CUtensorMap const *map_b_ptr,
+                                                CUtensorMap const *map_d_ptr, __nv_bfloat16 *d, int64_t ldd,
+                                                float const *__restrict__ sa, float const *__restrict__ sb, int M,
+                                                int N, Schedule sched) {
+  static_assert(kShare == 1 || kShare == 2 || kShare == 4, "a cluster of 1, 2 or 4 CTAs");
   namespace F = seed_fused;
+  // The diagnostic's transposing warps hold more registers (addresses of the other CTAs' tiles).
+  constexpr int kProducerRegs = kShare == 1 ? F::kProducerRegs : 96;
+  constexpr int kConsumerRegs =
+      kShare == 1 ? F::kConsumerRegs : ((65536 / F::kThreads / 8 * 8) * F::kThreads / 128 - kProducerRegs) / 2 / 8 * 8;
+  CUtensorMap const &map_a = *map_a_ptr;
+  CUtensorMap const &map_b = *map_b_ptr;
+  CUtensorMap const &map_d = *map_d_ptr;
   extern __shared__ uint8_t smem_raw[];
   uint32_t const base = smem_addr(smem_raw);
   if ((base & 1023) != 0) __trap();  // see seed_fused::kStages
@@ -596,6 +617,11 @@ __global__ void __launch_bounds__(seed_fused::kThreads, 1)
     for (int s = 0; s < F::kStages; ++s) bar_init(ready_bar + 8 * s, 32 * F::kTransposers);
   }
   init_stage_ring(full_bar, F::kStages, 256, 1 + 32);
+  uint32_t rank = 0;  // in the cluster
+  if constexpr (kShare > 1) {
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    cluster_sync();  // every CTA of the cluster has started before any stores into another's shared memory
+  }
   int const kblocks = sched.kblocks;
   int const nblocks = (N + 127) / 128;
   auto const raw_a = [&](int s) { return base + s * F::kStageBytes; };
@@ -606,7 +632,7 @@ __global__ void __launch_bounds__(seed_fused::kThreads, 1)
   int const warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 32) % 4, 0);
   int const lane = threadIdx.x % 32;
   if (wg == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(F::kProducerRegs));
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kProducerRegs));
     if (warp == 0) {  // lane 0 streams both raw boxes of every K block, the lanes copy its scales
       if (lane == 0) {
         cute::prefetch_tma_descriptor(&map_a);
@@ -617,10 +643,13 @@ __global__ void __launch_bounds__(seed_fused::kThreads, 1)
         int tm, tn;
         sched.tile(u, tm, tn);
         for (int kb = 0; kb < kblocks; ++kb, ++it) {
-          int const s = acquire_stage<F::kStages>(full_bar, empty_bar, it, 2 * F::kBox, lane == 0);
+          // B's raw box: all of it, or in the diagnostic the K rows of this CTA's pieces (map_b's box has
+          // kBlockK / kShare rows then; at a multiple of 1024 bytes in, the swizzle's phase is the same).
+          int const s = acquire_stage<F::kStages>(full_bar, empty_bar, it, F::kBox + F::kBox / kShare, lane == 0);
           if (lane == 0) {
             tma_load(&map_a, full_bar + 8 * s, raw_a(s), tm * F::kBlockM, kb * kBlockK);
-            tma_load(&map_b, full_bar + 8 * s, raw_b(s), tn * F::kBlockN, kb * kBlockK);
+            tma_load(&map_b, full_bar + 8 * s, raw_b(s) + rank * (F::kBox / kShare), tn * F::kBlockN,
+                     kb * kBlockK + static_cast<int>(rank) * (kBlockK / kShare));
           }
           uint32_t const scales = base + F::kOffScale + s * F::kBytesScale;
           // a_scale's K block kb is the row kb of (K / 128, M): the natural kernels' copies with a row
@@ -632,6 +661,7 @@ __global__ void __launch_bounds__(seed_fused::kThreads, 1)
         }
       }
       asm volatile("cp.async.wait_all;" ::: "memory");  // no thread exits with copies in flight
+      if constexpr (kShare > 1) cluster_sync();  // no CTA exits while another may still store into it
       return;
     }
     // Transposing warps: 32 pieces of 16 K rows x 32 N bytes per box, piece i = (K group i / 4, N pair
@@ -649,15 +679,40 @@ __global__ void __launch_bounds__(seed_fused::kThreads, 1)
     uint32_t const sel0 = seed_sel(c, g >= 4), sel1 = seed_sel(c, g < 4);
     uint32_t const ld_row = krow * 128, st_row = n_row * 128;
     int const ld_x = krow % 8, st_x = n_row % 8;
-    int const first = 11 * (warp - 1), last = min(first + 11, 32);
+    // This CTA's pieces (all 32 without a cluster), split over the 3 warps.
+    constexpr int kPieces = 32 / kShare;
+    constexpr int kMaxPerWarp = kShare == 1 ? 12 : ((kPieces + 2) / 3 + 3) / 4 * 4;
+    int const first = kShare == 1 ? 11 * (warp - 1) : static_cast<int>(rank) * kPieces + kPieces * (warp - 1) / 3;
+    int const last = kShare == 1 ? min(first + 11, 32) : static_cast<int>(rank) * kPieces + kPieces * warp / 3;
+    // The diagnostic's stores into the other CTAs: the word this lane holds of matrix m is row g = lane / 4 of
+    // it, bytes 4 (lane % 4) ..; that row's offset in the K-major tile is what lane 8 m + g addresses.
+    uint32_t peer_row[4] = {};
+    int peer_x[4] = {};
+    if constexpr (kShare > 1) {
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        int const rr = lane / 4;
+        int const row = 16 * (m / 2) + ((m % 2 == 0) == (rr < 4) ? 2 * rr : 2 * rr + 1);
+        peer_row[m] = row * 128 + 4 * (lane % 4);
+        peer_x[m] = row % 8;
+      }
+    }
     uint32_t it = 0;
     for (int u = blockIdx.x; u < sched.units(); u += gridDim.x) {
       for (int kb = 0; kb < kblocks; ++kb, ++it) {
         int const s = ring_stage<F::kStages>(it);
         bar_wait(full_bar + 8 * s, ring_parity<F::kStages>(it));
         uint32_t const src = raw_b(s) + ld_row, dst = kmajor_b(s) + st_row;
+        uint32_t peer_tile[kShare > 1 ? kShare - 1 : 1] = {};
+        if constexpr (kShare > 1) {
 #pragma unroll
-        for (int i0 = 0; i0 < 12; i0 += 4) {
+          for (int q = 1; q < kShare; ++q) {
+            uint32_t const peer = (rank + q) % kShare;
+            asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(peer_tile[q - 1]) : "r"(kmajor_b(s)), "r"(peer));
+          }
+        }
+#pragma unroll
+        for (int i0 = 0; i0 < kMaxPerWarp; i0 += 4) {
           uint32_t v[4][4];
 #pragma unroll
           for (int n = 0; n < 4; ++n) {
@@ -670,10 +725,24 @@ __global__ void __launch_bounds__(seed_fused::kThreads, 1)
 #pragma unroll
           for (int n = 0; n < 4; ++n) {
             int const i = first + i0 + n;
-            if (i < last) {
+            if (i < last && kShare == 1) {
               stmatrix_x4(dst + (i % 4) * 4096 + (((i / 4) ^ st_x) << 4), __byte_perm(v[n][0], v[n][1], sel0),
                           __byte_perm(v[n][0], v[n][1], sel1), __byte_perm(v[n][2], v[n][3], sel0),
                           __byte_perm(v[n][2], v[n][3], sel1));
+            } else if (i < last) {
+              uint32_t const w[4] = {__byte_perm(v[n][0], v[n][1], sel0), __byte_perm(v[n][0], v[n][1], sel1),
+                                     __byte_perm(v[n][2], v[n][3], sel0), __byte_perm(v[n][2], v[n][3], sel1)};
+              stmatrix_x4(dst + (i % 4) * 4096 + (((i / 4) ^ st_x) << 4), w[0], w[1], w[2], w[3]);
+              if constexpr (kShare > 1) {
+#pragma unroll
+                for (int m = 0; m < 4; ++m) {
+                  uint32_t const off = (i % 4) * 4096 + (((i / 4) ^ peer_x[m]) << 4) + peer_row[m];
+#pragma unroll
+                  for (int q = 0; q < kShare - 1; ++q) {
+                    asm volatile("st.shared::cluster.u32 [%0], %1;" ::"r"(peer_tile[q] + off), "r"(w[m]) : "memory");
+                  }
+                }
+              }
             }
           }
         }
@@ -681,10 +750,11 @@ __global__ void __launch_bounds__(seed_fused::kThreads, 1)
         bar_arrive(ready_bar + 8 * s);
       }
     }
+    if constexpr (kShare > 1) cluster_sync();
     return;
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(F::kConsumerRegs));
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kConsumerRegs));
   int const cw = wg - 1;  // rows 64 cw .. 64 cw + 63 of the tile
   int const t128 = threadIdx.x % 128;
   uint32_t const out_base = base + F::kOffOut + cw * 2 * kOutChunk;
@@ -737,8 +807,32 @@ __global__ void __launch_bounds__(seed_fused::kThreads, 1)
     store_block<128, true>(out, out_base, &map_d, d, ldd, m0 + 64 * cw, n0, M, N, 1 + cw, t128);
   }
   if (t128 == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-#endif  // GEMM_WGMMA_DEVICE
+  if constexpr (kShare > 1) cluster_sync();
 }
+#endif  // GEMM_WGMMA_DEVICE
+
+__global__ void __launch_bounds__(seed_fused::kThreads, 1)
+    seed_fused_kernel(__grid_constant__ CUtensorMap const map_a, __grid_constant__ CUtensorMap const map_b,
+                      __grid_constant__ CUtensorMap const map_d, __nv_bfloat16 *d, int64_t ldd,
+                      float const *__restrict__ sa, float const *__restrict__ sb, int M, int N, Schedule sched) {
+#ifdef GEMM_WGMMA_DEVICE
+  seed_fused_body<1>(&map_a, &map_b, &map_d, d, ldd, sa, sb, M, N, sched);
+#endif
+}
+
+#ifdef GEMM_SEED_DSMEM_EXPERIMENT
+// The timing-only diagnostic of seed_fused_body<kShare> (wrong results by design), launched in clusters of
+// kShare CTAs: only in builds that define GEMM_SEED_DSMEM_EXPERIMENT, never in the shipped one.
+template <int kShare>
+__global__ void __cluster_dims__(kShare, 1, 1) __launch_bounds__(seed_fused::kThreads, 1)
+    seed_fused_share_kernel(__grid_constant__ CUtensorMap const map_a, __grid_constant__ CUtensorMap const map_b,
+                            __grid_constant__ CUtensorMap const map_d, __nv_bfloat16 *d, int64_t ldd,
+                            float const *__restrict__ sa, float const *__restrict__ sb, int M, int N, Schedule sched) {
+#ifdef GEMM_WGMMA_DEVICE
+  seed_fused_body<kShare>(&map_a, &map_b, &map_d, d, ldd, sa, sb, M, N, sched);
+#endif
+}
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // host side
@@ -809,6 +903,45 @@ int run_wgmma(GemmArgs const &g, void *workspace, cudaStream_t stream) {
 
 }  // namespace
 
+// The timing-only diagnostic (seed_fused_share_kernel): g.share CTAs a cluster, as many clusters as can be
+// resident at once (a persistent grid of more would run its last clusters after the others). Without
+// GEMM_SEED_DSMEM_EXPERIMENT there is no such kernel: cudaErrorInvalidValue.
+static int run_seed_fused_share(SeedGemmArgs const &g, Schedule const &sched, CUtensorMap const &map_a,
+                                CUtensorMap const &map_d, cudaStream_t stream) {
+#ifdef GEMM_SEED_DSMEM_EXPERIMENT
+  namespace F = seed_fused;
+  auto const launch = [&](auto kernel, int share) {
+    // Each CTA loads only the K rows of B's box that it transposes.
+    CUtensorMap map_b_part;
+    if (!encode(&map_b_part, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.b, g.K, g.N, g.N, kBlockK / share, F::kBlockN)) {
+      return cudaErrorInvalidValue;
+    }
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, F::kSmem);
+    if (err != cudaSuccess) return err;
+    cudaLaunchConfig_t cfg{};
+    cfg.blockDim = F::kThreads;
+    cfg.dynamicSmemBytes = F::kSmem;
+    cfg.stream = stream;
+    cfg.gridDim = dim3(share * g.sm_count);
+    int clusters = 0;
+    err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
+    if (err != cudaSuccess) return err;
+    int const grid = std::min(sched.units() / share, clusters) * share;
+    if (grid < share) return cudaErrorInvalidValue;
+    cfg.gridDim = dim3(grid);
+    return cudaLaunchKernelEx(&cfg, kernel, map_a, map_b_part, map_d, static_cast<__nv_bfloat16 *>(g.d), g.ldd, g.sa,
+                              g.sb, g.M, g.N, sched);
+  };
+  cudaError_t err = cudaErrorInvalidValue;
+  if (g.share == 2) err = launch(seed_fused_share_kernel<2>, 2);
+  if (g.share == 4) err = launch(seed_fused_share_kernel<4>, 4);
+  return -static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
+#else
+  (void)g, (void)sched, (void)map_a, (void)map_d, (void)stream;
+  return -static_cast<int>(cudaErrorInvalidValue);
+#endif
+}
+
 bool seed_fused_fits(SeedGemmArgs const &g) {
   auto const aligned = [](void const *p, uintptr_t n) { return (reinterpret_cast<uintptr_t>(p) & (n - 1)) == 0; };
   // TMA: 16-byte row strides and base addresses; the scales are copied 4 bytes at a time.
@@ -830,6 +963,7 @@ int run_seed_fused(SeedGemmArgs const &g, cudaStream_t stream) {
                  false};
   sched.dp_tiles = sched.count();
   int const grid = std::min(sched.units(), g.sm_count);
+  if (g.share != 1) return run_seed_fused_share(g, sched, map_a, map_d, stream);
   cudaError_t const err = launch_kernel<seed_fused_kernel>(grid, F::kThreads, F::kSmem, g.device, stream, false, map_a,
                                                            map_b, map_d, static_cast<__nv_bfloat16 *>(g.d), g.ldd,
                                                            g.sa, g.sb, g.M, g.N, sched);

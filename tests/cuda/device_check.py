@@ -16,6 +16,7 @@ Writes results.json, tables.md and the log under --out.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import json
 import math
@@ -87,8 +88,13 @@ def load_jit(prebuilt: str | None = None, verbose: bool = False):
         "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
         "-U__CUDA_NO_HALF2_OPERATORS__",
     ]
+    # $GEMM_CUDA_EXTRA_FLAGS: more nvcc flags for the sources compiled here, e.g. -DGEMM_SEED_DSMEM_EXPERIMENT
+    # (the fused seed kernel's diagnostic, gemm/cuda/NOTES.md); a build of its own name, as above.
+    extra = os.environ.get("GEMM_CUDA_EXTRA_FLAGS", "").split()
+    flags += extra
+    suffix = "_" + hashlib.sha256(" ".join(extra).encode()).hexdigest()[:8] if extra else ""
     return load(
-        name="gemm_cuda_jit_prebuilt" if prebuilt else "gemm_cuda_jit",
+        name=("gemm_cuda_jit_prebuilt" if prebuilt else "gemm_cuda_jit") + suffix,
         sources=[str(s) for s in sources],
         extra_include_paths=cutlass_include_dirs() + [str(cuda_dir), str(ROOT / "torch-ext")],
         extra_cflags=["-O2", "-DCUDA_KERNEL"],

@@ -59,7 +59,9 @@ def build_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def compiled(build_dir) -> dict[str, tuple[int, str]]:
+def nvcc_command(build_dir):
+    """(src, name, extra flags) -> the nvcc command that compiles src to build_dir/name.o, keeping its
+    intermediate files (the PTX among them) in build_dir/name/."""
     nvcc = _nvcc()
     if nvcc is None:
         _missing("nvcc is not installed")
@@ -88,12 +90,19 @@ def compiled(build_dir) -> dict[str, tuple[int, str]]:
     ]
     incs = [f"-I{d}" for d in [*cutlass, *torch_inc, CUDA_DIR, ROOT / "torch-ext"]]
 
-    def build(src: Path) -> tuple[int, str]:
-        keep = build_dir / src.stem  # nvcc's intermediate files, the PTX among them (test_seed_gemm_...)
+    def command(src: Path, name: str, extra: tuple[str, ...] = ()) -> list[str]:
+        keep = build_dir / name
         keep.mkdir()
-        out = build_dir / f"{src.stem}.o"
-        cmd = [nvcc, "-c", str(src), "-o", str(out), "--keep", f"--keep-dir={keep}", *flags, *incs]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1500)
+        out = build_dir / f"{name}.o"
+        return [nvcc, "-c", str(src), "-o", str(out), "--keep", f"--keep-dir={keep}", *flags, *extra, *incs]
+
+    return command
+
+
+@pytest.fixture(scope="module")
+def compiled(nvcc_command) -> dict[str, tuple[int, str]]:
+    def build(src: Path) -> tuple[int, str]:
+        proc = subprocess.run(nvcc_command(src, src.stem), capture_output=True, text=True, timeout=1500)
         return proc.returncode, proc.stdout + proc.stderr
 
     workers = max(1, min(len(SOURCES), os.cpu_count() or 1))
@@ -224,6 +233,39 @@ def test_fused_seed_kernel_transposes_with_ldmatrix_and_fits_its_registers(compi
     # ones unordered with the consumers' reads (runs 121-122)
     copies = re.findall(r"cp\.async\.(c[ag])\.shared\.global\s+\[[^\]]+\],\s*\[[^\]]+\],\s*(\d+)", body)
     assert copies and set(copies) == {("ca", "4")}, copies
+
+
+_CLUSTER_PTX = ("st.shared::cluster", "barrier.cluster", "mapa.shared::cluster")
+
+
+def test_fused_seed_kernel_has_no_cluster_code(ptx):
+    """The shipped build's fused seed kernel never touches another CTA's shared memory: that is only the
+    timing diagnostic's (GEMM_SEED_DSMEM_EXPERIMENT, below)."""
+    (body,) = [b for n, b in _entries(ptx["gemm_cuda_wgmma.cu"]).items() if "seed_fused_kernel" in n]
+    assert not [op for op in _CLUSTER_PTX if op in body]
+    assert "seed_fused_share_kernel" not in ptx["gemm_cuda_wgmma.cu"]
+
+
+def test_seed_dsmem_diagnostic_compiles(nvcc_command, build_dir):
+    """The timing-only diagnostic of the fused seed kernel (gemm_cuda_wgmma.cu, seed_fused_body<kShare>),
+    built as the experiment builds it: clusters of 2 and 4, sm_90a, no spills, a register handoff within
+    the CTA's allocation, and the transposed pieces stored into the other CTAs' shared memory."""
+    src = CUDA_DIR / "gemm_cuda_wgmma.cu"
+    cmd = nvcc_command(src, "wgmma_dsmem", ("-DGEMM_SEED_DSMEM_EXPERIMENT",))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1500)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-4000:]
+    ks = {k["name"]: k for k in _kernels(log) if "seed_fused_share_kernel" in k["name"]}
+    assert sorted(tag for name in ks for tag in ("ILi2E", "ILi4E") if tag in name) == ["ILi2E", "ILi4E"], ks
+    text = "\n".join(f.read_text() for f in sorted((build_dir / "wgmma_dsmem").glob("*.ptx")))
+    bodies = {n: b for n, b in _entries(text).items() if "seed_fused_share_kernel" in n}
+    assert bodies.keys() == ks.keys()
+    for name, body in bodies.items():
+        k = ks[name]
+        assert k["arch"] == "sm_90a" and k["regs"] == 168 and k["spill"] == 0, k
+        dec, inc = _register_handoff(body)
+        assert 128 * (dec + 2 * inc) <= 168 * 384, (name[:90], dec, inc)
+        assert all(op in body for op in _CLUSTER_PTX), name[:90]
 
 
 def test_decode_kernels_compile_for_each_row_count(compiled):
