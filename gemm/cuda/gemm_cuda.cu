@@ -200,6 +200,9 @@ void seed_with_config(at::Tensor &c, at::Tensor const &a, at::Tensor const &b, a
     g.device = device;
     g.sm_count = sm_count(device);
     g.share = tuning.seed_fused > 1 ? tuning.seed_fused : 1;  // the diagnostic (Tuning::seed_fused)
+    // The diagnostic times only itself: no quiet fallback to the preparation pass under its name.
+    TORCH_CHECK(g.share == 1 || seed_fused_fits(g), "the fused seed kernel's diagnostic (Tuning::seed_fused = ",
+                tuning.seed_fused, ") does not take this problem");
     if (seed_fused_fits(g)) {
       int const rc = run_seed_fused(g, c10::cuda::getCurrentCUDAStream(g.device).stream());
       if (rc < 0) C10_CUDA_CHECK(static_cast<cudaError_t>(-rc));

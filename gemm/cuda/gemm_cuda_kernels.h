@@ -133,8 +133,9 @@ struct SeedGemmArgs {
   int M, N, K;
   int device;
   int sm_count;
-  // 1: the kernel. 2 or 4: its timing-only diagnostic in clusters of that many CTAs, in builds with
-  // GEMM_SEED_DSMEM_EXPERIMENT only (gemm_cuda_wgmma.cu, seed_fused_body).
+  // 1: the kernel. 2 or 4: its timing-only diagnostic in clusters of that many CTAs, 20 or 40 the control
+  // without copies between CTAs; in builds with GEMM_SEED_DSMEM_EXPERIMENT only (gemm_cuda_wgmma.cu,
+  // seed_fused_body).
   int share = 1;
 };
 bool seed_fused_fits(SeedGemmArgs const &g);

@@ -22,8 +22,9 @@ struct Tuning {
   bool pdl = true;
   // Seed layout: -1 the choice of pick_seed_fused (while kSeedFusedOnTheOpsPath), 1 the fused seed kernel
   // (no preparation pass; where seed_fused_fits allows), 0 the preparation pass and then the natural path;
-  // 2 or 4 the fused kernel's timing-only diagnostic in clusters of that many CTAs (wrong results by design;
-  // builds with GEMM_SEED_DSMEM_EXPERIMENT only, else the call fails).
+  // 2 or 4 the fused kernel's timing-only diagnostic in clusters of that many CTAs, 20 or 40 its control
+  // without the copies between CTAs (wrong results by design; builds with GEMM_SEED_DSMEM_EXPERIMENT only,
+  // else the call fails).
   int seed_fused = -1;
 };
 

@@ -35,7 +35,9 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <numeric>
 #include <type_traits>
 
@@ -521,6 +523,10 @@ constexpr int kProducerRegs = 64;
 constexpr int kConsumerRegs = ((65536 / kThreads / 8 * 8) * kThreads / 128 - kProducerRegs) / 2 / 8 * 8;
 constexpr int kTransposers = 3;  // warps 1-3 of the producer warpgroup
 static_assert(kSmem <= kSmemPerBlock && kStages >= 3, "shared memory");
+// The K rows of B's box that one CTA of a cluster of kShare loads and transposes (the diagnostic below);
+// the kernel's expected bytes and the host's tensor map box both come from here.
+template <int kShare>
+constexpr int kShareRows = kBlockK / kShare;
 }  // namespace seed_fused
 
 #ifdef GEMM_WGMMA_DEVICE
@@ -588,12 +594,14 @@ __device__ __forceinline__ void cluster_sync() {
 
 // kShare = 1: the shipped kernel. kShare = 2 or 4 (only with GEMM_SEED_DSMEM_EXPERIMENT, see
 // seed_fused_share_kernel): a TIMING-ONLY diagnostic, wrong results by design. Each CTA of a cluster of
-// kShare transposes 1 / kShare of its B box and also stores each transposed piece into the other CTAs' K-major
-// tiles through distributed shared memory, with none of the barriers that would order those stores (the
-// cluster's CTAs do not even share an N tile). What it measures: whether the shared-memory traffic of B's
-// transpose shared across a cluster along M (NOTES.md, "Left to do") runs at the speed its wavefront count
-// promises, before the barriers that design needs are written.
-template <int kShare>
+// kShare loads and transposes 1 / kShare of its B box and, with kRemote, also copies each transposed piece
+// into the other CTAs' K-major tiles through distributed shared memory (each lane reads back the 16-byte row
+// its stmatrix wrote and stores it to each peer), with none of the barriers that would order those stores
+// (the cluster's CTAs do not even share an N tile). Without kRemote (the control), the same clusters and
+// partial loads without those copies. What it measures: whether B's transpose shared across a cluster along
+// M (NOTES.md, "Left to do") runs at the speed its wavefront count promises, before the barriers that design
+// needs are written; their cost is not in it, so it bounds the design's time from below.
+template <int kShare, bool kRemote = true>
 __device__ __forceinline__ void seed_fused_body(CUtensorMap const *map_a_ptr, CUtensorMap const *map_b_ptr,
                                                 CUtensorMap const *map_d_ptr, __nv_bfloat16 *d, int64_t ldd,
                                                 float const *__restrict__ sa, float const *__restrict__ sb, int M,
@@ -645,11 +653,12 @@ __device__ __forceinline__ void seed_fused_body(CUtensorMap const *map_a_ptr, CU
         for (int kb = 0; kb < kblocks; ++kb, ++it) {
           // B's raw box: all of it, or in the diagnostic the K rows of this CTA's pieces (map_b's box has
           // kBlockK / kShare rows then; at a multiple of 1024 bytes in, the swizzle's phase is the same).
-          int const s = acquire_stage<F::kStages>(full_bar, empty_bar, it, F::kBox + F::kBox / kShare, lane == 0);
+          constexpr int kRows = F::kShareRows<kShare>;
+          int const s = acquire_stage<F::kStages>(full_bar, empty_bar, it, F::kBox + kRows * 128, lane == 0);
           if (lane == 0) {
             tma_load(&map_a, full_bar + 8 * s, raw_a(s), tm * F::kBlockM, kb * kBlockK);
-            tma_load(&map_b, full_bar + 8 * s, raw_b(s) + rank * (F::kBox / kShare), tn * F::kBlockN,
-                     kb * kBlockK + static_cast<int>(rank) * (kBlockK / kShare));
+            tma_load(&map_b, full_bar + 8 * s, raw_b(s) + rank * (kRows * 128), tn * F::kBlockN,
+                     kb * kBlockK + static_cast<int>(rank) * kRows);
           }
           uint32_t const scales = base + F::kOffScale + s * F::kBytesScale;
           // a_scale's K block kb is the row kb of (K / 128, M): the natural kernels' copies with a row
@@ -684,19 +693,6 @@ __device__ __forceinline__ void seed_fused_body(CUtensorMap const *map_a_ptr, CU
     constexpr int kMaxPerWarp = kShare == 1 ? 12 : ((kPieces + 2) / 3 + 3) / 4 * 4;
     int const first = kShare == 1 ? 11 * (warp - 1) : static_cast<int>(rank) * kPieces + kPieces * (warp - 1) / 3;
     int const last = kShare == 1 ? min(first + 11, 32) : static_cast<int>(rank) * kPieces + kPieces * warp / 3;
-    // The diagnostic's stores into the other CTAs: the word this lane holds of matrix m is row g = lane / 4 of
-    // it, bytes 4 (lane % 4) ..; that row's offset in the K-major tile is what lane 8 m + g addresses.
-    uint32_t peer_row[4] = {};
-    int peer_x[4] = {};
-    if constexpr (kShare > 1) {
-#pragma unroll
-      for (int m = 0; m < 4; ++m) {
-        int const rr = lane / 4;
-        int const row = 16 * (m / 2) + ((m % 2 == 0) == (rr < 4) ? 2 * rr : 2 * rr + 1);
-        peer_row[m] = row * 128 + 4 * (lane % 4);
-        peer_x[m] = row % 8;
-      }
-    }
     uint32_t it = 0;
     for (int u = blockIdx.x; u < sched.units(); u += gridDim.x) {
       for (int kb = 0; kb < kblocks; ++kb, ++it) {
@@ -704,7 +700,7 @@ __device__ __forceinline__ void seed_fused_body(CUtensorMap const *map_a_ptr, CU
         bar_wait(full_bar + 8 * s, ring_parity<F::kStages>(it));
         uint32_t const src = raw_b(s) + ld_row, dst = kmajor_b(s) + st_row;
         uint32_t peer_tile[kShare > 1 ? kShare - 1 : 1] = {};
-        if constexpr (kShare > 1) {
+        if constexpr (kShare > 1 && kRemote) {
 #pragma unroll
           for (int q = 1; q < kShare; ++q) {
             uint32_t const peer = (rank + q) % kShare;
@@ -730,17 +726,21 @@ __device__ __forceinline__ void seed_fused_body(CUtensorMap const *map_a_ptr, CU
                           __byte_perm(v[n][0], v[n][1], sel1), __byte_perm(v[n][2], v[n][3], sel0),
                           __byte_perm(v[n][2], v[n][3], sel1));
             } else if (i < last) {
-              uint32_t const w[4] = {__byte_perm(v[n][0], v[n][1], sel0), __byte_perm(v[n][0], v[n][1], sel1),
-                                     __byte_perm(v[n][2], v[n][3], sel0), __byte_perm(v[n][2], v[n][3], sel1)};
-              stmatrix_x4(dst + (i % 4) * 4096 + (((i / 4) ^ st_x) << 4), w[0], w[1], w[2], w[3]);
-              if constexpr (kShare > 1) {
+              uint32_t const row = (i % 4) * 4096 + (((i / 4) ^ st_x) << 4);  // this lane's 16-byte row
+              stmatrix_x4(dst + row, __byte_perm(v[n][0], v[n][1], sel0), __byte_perm(v[n][0], v[n][1], sel1),
+                          __byte_perm(v[n][2], v[n][3], sel0), __byte_perm(v[n][2], v[n][3], sel1));
+              if constexpr (kShare > 1 && kRemote) {
+                __syncwarp();  // the row's 16 bytes come from 4 lanes' stmatrix registers
+                uint32_t x0, x1, x2, x3;
+                asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                             : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)
+                             : "r"(dst + row)
+                             : "memory");
 #pragma unroll
-                for (int m = 0; m < 4; ++m) {
-                  uint32_t const off = (i % 4) * 4096 + (((i / 4) ^ peer_x[m]) << 4) + peer_row[m];
-#pragma unroll
-                  for (int q = 0; q < kShare - 1; ++q) {
-                    asm volatile("st.shared::cluster.u32 [%0], %1;" ::"r"(peer_tile[q] + off), "r"(w[m]) : "memory");
-                  }
+                for (int q = 0; q < kShare - 1; ++q) {
+                  asm volatile("st.shared::cluster.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(peer_tile[q] + st_row + row),
+                               "r"(x0), "r"(x1), "r"(x2), "r"(x3)
+                               : "memory");
                 }
               }
             }
@@ -823,13 +823,13 @@ __global__ void __launch_bounds__(seed_fused::kThreads, 1)
 #ifdef GEMM_SEED_DSMEM_EXPERIMENT
 // The timing-only diagnostic of seed_fused_body<kShare> (wrong results by design), launched in clusters of
 // kShare CTAs: only in builds that define GEMM_SEED_DSMEM_EXPERIMENT, never in the shipped one.
-template <int kShare>
+template <int kShare, bool kRemote>
 __global__ void __cluster_dims__(kShare, 1, 1) __launch_bounds__(seed_fused::kThreads, 1)
     seed_fused_share_kernel(__grid_constant__ CUtensorMap const map_a, __grid_constant__ CUtensorMap const map_b,
                             __grid_constant__ CUtensorMap const map_d, __nv_bfloat16 *d, int64_t ldd,
                             float const *__restrict__ sa, float const *__restrict__ sb, int M, int N, Schedule sched) {
 #ifdef GEMM_WGMMA_DEVICE
-  seed_fused_body<kShare>(&map_a, &map_b, &map_d, d, ldd, sa, sb, M, N, sched);
+  seed_fused_body<kShare, kRemote>(&map_a, &map_b, &map_d, d, ldd, sa, sb, M, N, sched);
 #endif
 }
 #endif
@@ -903,43 +903,55 @@ int run_wgmma(GemmArgs const &g, void *workspace, cudaStream_t stream) {
 
 }  // namespace
 
-// The timing-only diagnostic (seed_fused_share_kernel): g.share CTAs a cluster, as many clusters as can be
-// resident at once (a persistent grid of more would run its last clusters after the others). Without
-// GEMM_SEED_DSMEM_EXPERIMENT there is no such kernel: cudaErrorInvalidValue.
+// The timing-only diagnostic (seed_fused_share_kernel): g.share = 2 or 4 CTAs a cluster with the copies
+// into the other CTAs, 20 or 40 the same without them (the control). As many clusters as can be resident at
+// once, the grid rounded up to whole clusters (a CTA without a unit only passes the cluster barriers).
+// Without GEMM_SEED_DSMEM_EXPERIMENT there is no such kernel: cudaErrorInvalidValue.
+#ifdef GEMM_SEED_DSMEM_EXPERIMENT
+template <int kShare, bool kRemote>
+cudaError_t launch_seed_fused_share(SeedGemmArgs const &g, Schedule const &sched, CUtensorMap const &map_a,
+                                    CUtensorMap const &map_d, cudaStream_t stream) {
+  namespace F = seed_fused;
+  auto const kernel = seed_fused_share_kernel<kShare, kRemote>;
+  CUtensorMap map_b_part;  // each CTA loads only the K rows of B's box that it transposes
+  if (!encode(&map_b_part, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.b, g.K, g.N, g.N, F::kShareRows<kShare>, F::kBlockN)) {
+    return cudaErrorInvalidValue;
+  }
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, F::kSmem);
+  if (err != cudaSuccess) return err;
+  cudaLaunchConfig_t cfg{};
+  cfg.blockDim = F::kThreads;
+  cfg.dynamicSmemBytes = F::kSmem;
+  cfg.stream = stream;
+  cfg.gridDim = dim3(kShare * g.sm_count);
+  int clusters = 0;
+  err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
+  if (err != cudaSuccess) return err;
+  int const grid = std::min((sched.units() + kShare - 1) / kShare, clusters) * kShare;
+  if (grid < kShare) return cudaErrorInvalidValue;
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true)) {
+    std::fprintf(stderr, "seed_fused_share_kernel<%d, %s>: %d clusters resident at most, grid %d CTAs\n", kShare,
+                 kRemote ? "remote" : "control", clusters, grid);
+  }
+  cfg.gridDim = dim3(grid);
+  return cudaLaunchKernelEx(&cfg, kernel, map_a, map_b_part, map_d, static_cast<__nv_bfloat16 *>(g.d), g.ldd, g.sa,
+                            g.sb, g.M, g.N, sched);
+}
+#endif
+
 static int run_seed_fused_share(SeedGemmArgs const &g, Schedule const &sched, CUtensorMap const &map_a,
                                 CUtensorMap const &map_d, cudaStream_t stream) {
-#ifdef GEMM_SEED_DSMEM_EXPERIMENT
-  namespace F = seed_fused;
-  auto const launch = [&](auto kernel, int share) {
-    // Each CTA loads only the K rows of B's box that it transposes.
-    CUtensorMap map_b_part;
-    if (!encode(&map_b_part, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.b, g.K, g.N, g.N, kBlockK / share, F::kBlockN)) {
-      return cudaErrorInvalidValue;
-    }
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, F::kSmem);
-    if (err != cudaSuccess) return err;
-    cudaLaunchConfig_t cfg{};
-    cfg.blockDim = F::kThreads;
-    cfg.dynamicSmemBytes = F::kSmem;
-    cfg.stream = stream;
-    cfg.gridDim = dim3(share * g.sm_count);
-    int clusters = 0;
-    err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
-    if (err != cudaSuccess) return err;
-    int const grid = std::min(sched.units() / share, clusters) * share;
-    if (grid < share) return cudaErrorInvalidValue;
-    cfg.gridDim = dim3(grid);
-    return cudaLaunchKernelEx(&cfg, kernel, map_a, map_b_part, map_d, static_cast<__nv_bfloat16 *>(g.d), g.ldd, g.sa,
-                              g.sb, g.M, g.N, sched);
-  };
   cudaError_t err = cudaErrorInvalidValue;
-  if (g.share == 2) err = launch(seed_fused_share_kernel<2>, 2);
-  if (g.share == 4) err = launch(seed_fused_share_kernel<4>, 4);
-  return -static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
+#ifdef GEMM_SEED_DSMEM_EXPERIMENT
+  if (g.share == 2) err = launch_seed_fused_share<2, true>(g, sched, map_a, map_d, stream);
+  if (g.share == 4) err = launch_seed_fused_share<4, true>(g, sched, map_a, map_d, stream);
+  if (g.share == 20) err = launch_seed_fused_share<2, false>(g, sched, map_a, map_d, stream);
+  if (g.share == 40) err = launch_seed_fused_share<4, false>(g, sched, map_a, map_d, stream);
 #else
   (void)g, (void)sched, (void)map_a, (void)map_d, (void)stream;
-  return -static_cast<int>(cudaErrorInvalidValue);
 #endif
+  return -static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
 
 bool seed_fused_fits(SeedGemmArgs const &g) {

@@ -18,7 +18,8 @@ gemm/cuda/gemm_cuda.h).
 Run 8 swept the K-sliced configuration with `c5k1,c5k2,c5k4,...`. Seed-layout variants (the same
 problems passed as a, b, a_scale, b_scale): `spick` (the op's own choice), `sfused` (the fused seed
 kernel), `sfused2` / `sfused4` (its timing-only diagnostic in clusters of 2 / 4 CTAs, wrong results by design:
-objects built with -DGEMM_SEED_DSMEM_EXPERIMENT, see gemm/cuda/NOTES.md), `sprep` (the preparation pass
+objects built with -DGEMM_SEED_DSMEM_EXPERIMENT, see gemm/cuda/NOTES.md; `sfused2c` / `sfused4c` its control
+without the copies between CTAs), `sprep` (the preparation pass
 and the natural path's choice) and `seed<cfg>[p<splits>]` (the
 preparation pass, then that cfg and split tail); `spick` and `seed<cfg>` optionally followed by `nopdl` (the
 GEMM launched after the preparation has finished, not as its programmatic dependent: Tuning.pdl in
@@ -68,8 +69,9 @@ def parse_variant(spec: str) -> dict | None:
         return {"pertensor": True}
     if spec == "pick":
         return {"cfg": -1}
-    if m := re.fullmatch(r"sfused([24])", spec):  # the fused kernel's timing-only diagnostic, in clusters
-        return {"cfg": -1, "layout": "seed", "pdl": True, "splits": 1, "fused": int(m.group(1))}
+    if m := re.fullmatch(r"sfused([24])(c?)", spec):  # the fused kernel's timing-only diagnostic, in clusters
+        share = int(m.group(1)) * (10 if m.group(2) else 1)  # c: its control (Tuning.seed_fused 20 or 40)
+        return {"cfg": -1, "layout": "seed", "pdl": True, "splits": 1, "fused": share}
     if spec in ("sfused", "sprep"):  # the fused seed kernel, or the preparation pass (Tuning.seed_fused)
         return {"cfg": -1, "layout": "seed", "pdl": True, "splits": 1, "fused": int(spec == "sfused")}
     if m := re.fullmatch(r"(?:spick|seed(\d+)(?:p(\d+))?)(nopdl)?", spec):  # nopdl: Tuning.pdl off

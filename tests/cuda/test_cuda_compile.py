@@ -235,15 +235,18 @@ def test_fused_seed_kernel_transposes_with_ldmatrix_and_fits_its_registers(compi
     assert copies and set(copies) == {("ca", "4")}, copies
 
 
-_CLUSTER_PTX = ("st.shared::cluster", "barrier.cluster", "mapa.shared::cluster")
+_COPIES_PTX = ("st.shared::cluster", "mapa.shared::cluster")
+_CLUSTER_PTX = ("barrier.cluster", "%cluster_ctarank", ".reqnctapercluster", ".explicitcluster")
 
 
 def test_fused_seed_kernel_has_no_cluster_code(ptx):
-    """The shipped build's fused seed kernel never touches another CTA's shared memory: that is only the
-    timing diagnostic's (GEMM_SEED_DSMEM_EXPERIMENT, below)."""
-    (body,) = [b for n, b in _entries(ptx["gemm_cuda_wgmma.cu"]).items() if "seed_fused_kernel" in n]
-    assert not [op for op in _CLUSTER_PTX if op in body]
-    assert "seed_fused_share_kernel" not in ptx["gemm_cuda_wgmma.cu"]
+    """The shipped build's fused seed kernel is no cluster kernel and never touches another CTA's shared
+    memory: that is only the timing diagnostic's (GEMM_SEED_DSMEM_EXPERIMENT, below)."""
+    text = ptx["gemm_cuda_wgmma.cu"]
+    # an entry's text from _entries runs from its parameters through its directives to its body's end
+    (body,) = [b for n, b in _entries(text).items() if "seed_fused_kernel" in n]
+    assert not [op for op in _COPIES_PTX + _CLUSTER_PTX if op in body]
+    assert "seed_fused_share_kernel" not in text
 
 
 def test_seed_dsmem_diagnostic_compiles(nvcc_command, build_dir):
@@ -256,7 +259,8 @@ def test_seed_dsmem_diagnostic_compiles(nvcc_command, build_dir):
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     ks = {k["name"]: k for k in _kernels(log) if "seed_fused_share_kernel" in k["name"]}
-    assert sorted(tag for name in ks for tag in ("ILi2E", "ILi4E") if tag in name) == ["ILi2E", "ILi4E"], ks
+    tags = ("ILi2ELb1E", "ILi4ELb1E", "ILi2ELb0E", "ILi4ELb0E")  # <cluster size, copies between CTAs>
+    assert sorted(tag for name in ks for tag in tags if tag in name) == sorted(tags), ks
     text = "\n".join(f.read_text() for f in sorted((build_dir / "wgmma_dsmem").glob("*.ptx")))
     bodies = {n: b for n, b in _entries(text).items() if "seed_fused_share_kernel" in n}
     assert bodies.keys() == ks.keys()
@@ -265,7 +269,12 @@ def test_seed_dsmem_diagnostic_compiles(nvcc_command, build_dir):
         assert k["arch"] == "sm_90a" and k["regs"] == 168 and k["spill"] == 0, k
         dec, inc = _register_handoff(body)
         assert 128 * (dec + 2 * inc) <= 168 * 384, (name[:90], dec, inc)
-        assert all(op in body for op in _CLUSTER_PTX), name[:90]
+        size = int(re.search(r"ILi(\d)E", name).group(1))
+        # the cluster size the launch relies on, among the entry's directives
+        assert re.search(rf"\.reqnctapercluster\s+{size}\s*,\s*1\s*,\s*1", body), name[:90]
+        assert "barrier.cluster" in body and "%cluster_ctarank" in body, name[:90]
+        copies = "Lb1E" in name
+        assert all((op in body) == copies for op in _COPIES_PTX), name[:90]
 
 
 def test_decode_kernels_compile_for_each_row_count(compiled):
