@@ -51,6 +51,15 @@ def device(kernel) -> str:
     return "cuda"
 
 
+@pytest.fixture(params=["float8_e4m3fn", "float8_e4m3fnuz"])
+def fp8(request, kernel) -> torch.dtype:
+    """Each FP8 format the built backend computes with (the other one skips, saying so)."""
+    dtype = getattr(torch, request.param)
+    if dtype not in kernel.SUPPORTED_DTYPES:
+        pytest.skip(f"the {kernel.BACKEND} backend computes in {kernel.SUPPORTED_DTYPES}, not {dtype}")
+    return dtype
+
+
 @dataclass
 class Problem:
     """One random instance in the seed layout; `natural()` gives the same product in the natural layout."""

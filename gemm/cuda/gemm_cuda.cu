@@ -182,10 +182,10 @@ void seed_with_config(at::Tensor &c, at::Tensor const &a, at::Tensor const &b, a
   int64_t const K = a.size(0), M = a.size(1), N = b.size(1);
   int64_t const KB = K / kBlock, NB = (N + kBlock - 1) / kBlock;
   int const device = a.get_device();
+  int const sms = sm_count(device);
   // A forced GEMM configuration (tuning.cfg >= 0) means the preparation pass, unless the fused kernel is asked for.
-  bool const fused = tuning.seed_fused < 0
-                         ? kSeedFusedOnTheOpsPath && tuning.cfg < 0 && pick_seed_fused(M, N, K, sm_count(device))
-                         : tuning.seed_fused > 0;
+  bool const fused = tuning.seed_fused < 0 ? kSeedFusedOnTheOpsPath && tuning.cfg < 0 && pick_seed_fused(M, N, K, sms)
+                                           : tuning.seed_fused > 0;
   if (fused && M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX) {
     SeedGemmArgs g{};
     g.d = c.data_ptr();
@@ -198,12 +198,13 @@ void seed_with_config(at::Tensor &c, at::Tensor const &a, at::Tensor const &b, a
     g.N = static_cast<int>(N);
     g.K = static_cast<int>(K);
     g.device = device;
-    g.sm_count = sm_count(device);
+    g.sm_count = sms;
     g.share = tuning.seed_fused > 1 ? tuning.seed_fused : 1;  // the diagnostic (Tuning::seed_fused)
+    bool const fits = seed_fused_fits(g);
     // The diagnostic times only itself: no quiet fallback to the preparation pass under its name.
-    TORCH_CHECK(g.share == 1 || seed_fused_fits(g), "the fused seed kernel's diagnostic (Tuning::seed_fused = ",
-                tuning.seed_fused, ") does not take this problem");
-    if (seed_fused_fits(g)) {
+    TORCH_CHECK(g.share == 1 || fits, "the fused seed kernel's diagnostic (Tuning::seed_fused = ", tuning.seed_fused,
+                ") does not take this problem");
+    if (fits) {
       int const rc = run_seed_fused(g, c10::cuda::getCurrentCUDAStream(g.device).stream());
       if (rc < 0) C10_CUDA_CHECK(static_cast<cudaError_t>(-rc));
       return;

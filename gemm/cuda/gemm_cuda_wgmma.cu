@@ -520,7 +520,10 @@ constexpr int kOffBar = kOffScale + kStages * kBytesScale;
 constexpr int kSmem = kOffBar + 3 * kStages * 8;
 constexpr int kThreads = 384;
 constexpr int kProducerRegs = 64;
-constexpr int kConsumerRegs = ((65536 / kThreads / 8 * 8) * kThreads / 128 - kProducerRegs) / 2 / 8 * 8;
+// What each of the two consumer warpgroups may take (setmaxnreg) when the producer warpgroup keeps `producer`.
+constexpr int consumer_regs(int producer) {
+  return ((65536 / kThreads / 8 * 8) * kThreads / 128 - producer) / 2 / 8 * 8;
+}
 constexpr int kTransposers = 3;  // warps 1-3 of the producer warpgroup
 static_assert(kSmem <= kSmemPerBlock && kStages >= 3, "shared memory");
 // The K rows of B's box that one CTA of a cluster of kShare loads and transposes (the diagnostic below);
@@ -610,8 +613,7 @@ __device__ __forceinline__ void seed_fused_body(CUtensorMap const *map_a_ptr, CU
   namespace F = seed_fused;
   // The diagnostic's transposing warps hold more registers (addresses of the other CTAs' tiles).
   constexpr int kProducerRegs = kShare == 1 ? F::kProducerRegs : 96;
-  constexpr int kConsumerRegs =
-      kShare == 1 ? F::kConsumerRegs : ((65536 / F::kThreads / 8 * 8) * F::kThreads / 128 - kProducerRegs) / 2 / 8 * 8;
+  constexpr int kConsumerRegs = F::consumer_regs(kProducerRegs);
   CUtensorMap const &map_a = *map_a_ptr;
   CUtensorMap const &map_b = *map_b_ptr;
   CUtensorMap const &map_d = *map_d_ptr;
@@ -974,8 +976,8 @@ int run_seed_fused(SeedGemmArgs const &g, cudaStream_t stream) {
   Schedule sched{(g.M + F::kBlockM - 1) / F::kBlockM, (g.N + F::kBlockN - 1) / F::kBlockN, 8, 0, g.K / kBlockK, 0, 1,
                  false};
   sched.dp_tiles = sched.count();
-  int const grid = std::min(sched.units(), g.sm_count);
   if (g.share != 1) return run_seed_fused_share(g, sched, map_a, map_d, stream);
+  int const grid = std::min(sched.units(), g.sm_count);
   cudaError_t const err = launch_kernel<seed_fused_kernel>(grid, F::kThreads, F::kSmem, g.device, stream, false, map_a,
                                                            map_b, map_d, static_cast<__nv_bfloat16 *>(g.d), g.ldd,
                                                            g.sa, g.sb, g.M, g.N, sched);

@@ -27,33 +27,25 @@ def _id(shape: tuple[int, int, int]) -> str:
     return "x".join(map(str, shape))
 
 
-@pytest.fixture(params=["float8_e4m3fn", "float8_e4m3fnuz"])
-def dtype(request, kernel) -> torch.dtype:
-    dtype = getattr(torch, request.param)
-    if dtype not in kernel.SUPPORTED_DTYPES:
-        pytest.skip(f"the {kernel.BACKEND} backend computes in {kernel.SUPPORTED_DTYPES}, not {dtype}")
-    return dtype
-
-
 @pytest.mark.parametrize("shape", SHAPES, ids=_id)
-def test_seed_layout(kernel, device, dtype, shape):
+def test_seed_layout(kernel, device, fp8, shape):
     m, n, k = shape
     seed = next(_seeds)
-    p = make_problem(m, n, k, dtype, device, seed)
+    p = make_problem(m, n, k, fp8, device, seed)
     c = poisoned_output(m, n, device)
     out = kernel.gemm(p.a, p.b, p.a_scale, p.b_scale, c)
     assert out is c
-    assert_seed_matches(kernel, c, p.a, p.b, p.a_scale, p.b_scale, f"gemm {_id(shape)} {dtype} seed={seed}")
+    assert_seed_matches(kernel, c, p.a, p.b, p.a_scale, p.b_scale, f"gemm {_id(shape)} {fp8} seed={seed}")
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=_id)
-def test_natural_layout(kernel, device, dtype, shape):
+def test_natural_layout(kernel, device, fp8, shape):
     m, n, k = shape
     seed = next(_seeds)
-    x, w, x_scale, w_scale = make_problem(m, n, k, dtype, device, seed).natural()
+    x, w, x_scale, w_scale = make_problem(m, n, k, fp8, device, seed).natural()
     out = poisoned_output(m, n, device)
     assert kernel.gemm_natural(x, w, x_scale, w_scale, out) is out
-    assert_natural_matches(kernel, out, x, w, x_scale, w_scale, f"gemm_natural {_id(shape)} {dtype} seed={seed}")
+    assert_natural_matches(kernel, out, x, w, x_scale, w_scale, f"gemm_natural {_id(shape)} {fp8} seed={seed}")
 
 
 def test_layouts_agree_and_allocate_output(kernel, device):

@@ -16,14 +16,6 @@ RELATIVE_STEP = 2.0**-4
 SUBNORMAL_STEP = 2.0**-10
 
 
-@pytest.fixture(params=["float8_e4m3fn", "float8_e4m3fnuz"])
-def fp8(request, kernel) -> torch.dtype:
-    dtype = getattr(torch, request.param)
-    if dtype not in kernel.SUPPORTED_DTYPES:
-        pytest.skip(f"the {kernel.BACKEND} backend computes in {kernel.SUPPORTED_DTYPES}, not {dtype}")
-    return dtype
-
-
 def _values(rows: int, cols: int, device: str, seed: int, dtype=torch.bfloat16) -> torch.Tensor:
     """randn with every 128-wide block of a row at its own magnitude (10^-4 .. 10^4): a shared scale would fail."""
     gen = torch.Generator().manual_seed(seed)

@@ -19,7 +19,7 @@ import torch
 from . import reference
 from ._formats import SUPPORTED_DTYPES
 from ._ops import BACKEND, add_op_namespace_prefix, ops
-from .quantize import INPUT_DTYPES, quantize_activations, quantize_weight, to_e4m3fnuz
+from .quantize import check_floating, quantize_activations, quantize_weight, to_e4m3fnuz
 
 __all__ = [
     "gemm",
@@ -144,22 +144,15 @@ def linear(
     if K <= 0 or K % BLOCK:
         raise ValueError(f"w.shape[1] (K) must be a positive multiple of {BLOCK}, got {K}")
     _check_tensor("w_scale", w_scale, (_ceil_blocks(N), K // BLOCK), torch.float32, w, ("ceil(N/128)", "K/128"))
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in INPUT_DTYPES:
-        wanted = ", ".join(str(d) for d in INPUT_DTYPES)
-        raise TypeError(f"x must be one of {wanted} (linear quantizes it), got {x.dtype}")
+    check_floating("x", x)
     if x.dim() == 0 or x.shape[-1] != K:
         raise ValueError(f"x must have shape (..., K) = (..., {K}) to match w's K, got {tuple(x.shape)}")
-    _check_same_device("x", x, w)
+    _check_device("x", x, w, "w")
     if bias is not None:
-        if not isinstance(bias, torch.Tensor):
-            raise TypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
-        if bias.dtype not in INPUT_DTYPES:
-            raise TypeError(f"bias must be one of {', '.join(str(d) for d in INPUT_DTYPES)}, got {bias.dtype}")
+        check_floating("bias", bias)
         if tuple(bias.shape) != (N,):
             raise ValueError(f"bias must have shape (N,) = ({N},) to match w, got {tuple(bias.shape)}")
-        _check_same_device("bias", bias, w)
+        _check_device("bias", bias, w, "w")
     rows = x.shape[:-1]
     if x.numel() == 0:
         return torch.empty((*rows, N), dtype=torch.bfloat16, device=x.device)
@@ -169,12 +162,6 @@ def linear(
         if bias is not None:
             out.add_(bias)
     return out.reshape(*rows, N)
-
-
-def _check_same_device(name: str, t: torch.Tensor, w: torch.Tensor) -> None:
-    _check_device(name, t, None)
-    if t.device != w.device:
-        raise ValueError(f"{name} must be on w's device ({w.device}), got {t.device}")
 
 
 def _ceil_blocks(n: int) -> int:
@@ -226,14 +213,14 @@ def _check_sizes(M: int, N: int, K: int, k_source: str) -> None:
         raise ValueError(f"M and N must be positive, got M={M}, N={N}")
 
 
-def _check_device(name: str, t: torch.Tensor, like: torch.Tensor | None) -> None:
+def _check_device(name: str, t: torch.Tensor, like: torch.Tensor | None, like_name: str = "the first operand") -> None:
     if t.device.type != _DEVICE_TYPE:
         raise ValueError(
             f"{name} is on {t.device}, but this build of gemm (backend {BACKEND}) only has a kernel "
             f"for {_DEVICE_TYPE} tensors"
         )
     if like is not None and t.device != like.device:
-        raise ValueError(f"{name} must be on the same device as the first operand ({like.device}), got {t.device}")
+        raise ValueError(f"{name} must be on the same device as {like_name} ({like.device}), got {t.device}")
 
 
 def _check_layout(name: str, t: torch.Tensor, dims: tuple[str, str]) -> None:

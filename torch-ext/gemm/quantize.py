@@ -144,12 +144,17 @@ def _divide_into(fp8: torch.dtype, values: torch.Tensor, scale: torch.Tensor) ->
     return torch.div(values, scale, out=torch.empty(values.shape, dtype=fp8, device=values.device))
 
 
-def _check_input(name: str, t: object, dims: tuple[str, str]) -> None:
+def check_floating(name: str, t: object) -> None:
+    """t is a tensor of one of INPUT_DTYPES (the quantizers' and `linear`'s unquantized arguments)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in INPUT_DTYPES:
         wanted = ", ".join(str(d) for d in INPUT_DTYPES)
-        raise TypeError(f"{name} must be one of {wanted} (the values to quantize), got {t.dtype}")
+        raise TypeError(f"{name} must be one of {wanted}, got {t.dtype}")
+
+
+def _check_input(name: str, t: object, dims: tuple[str, str]) -> None:
+    check_floating(name, t)
     if t.dim() != 2:
         raise ValueError(f"{name} must be 2-D ({dims[0]}, {dims[1]}), got {t.dim()}-D shape {tuple(t.shape)}")
     K = t.shape[1]
