@@ -23,7 +23,7 @@ import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import buildconfig, check, variant
+from . import buildconfig, check, loaders, variant
 from .common import REPO_ROOT, BuildError, log, main_wrapper, run, step
 
 PY_LIMITED_API = "0x03090000"  # abi3 for Python >= 3.9, what the Hub's ABI check expects
@@ -227,7 +227,7 @@ def metadata(config: buildconfig.BuildConfig, plan: BuildPlan, image: dict | Non
         "license": config.license,
         "python-depends": [],
         "backend": backend,
-        "kernels-minver": "0.17.0",
+        "kernels-minver": loaders.minver(plan.backend),
         "provenance": provenance,
         "build": {
             "variant": plan.variant,
@@ -248,6 +248,7 @@ def build(
     root: Path = REPO_ROOT,
     image: dict | None = None,
     run_checks: bool = True,
+    with_loaders: bool = False,
 ) -> Path:
     """Build one variant into `out/<variant>/` and return that directory."""
     config = buildconfig.load(root)
@@ -285,7 +286,7 @@ def build(
         shutil.rmtree(final)
     staging.rename(final)
     if run_checks:
-        check.check_variant(final, build_dir=out)
+        check.check_variant(final, build_dir=out, with_loaders=with_loaders)
     return final
 
 
@@ -296,6 +297,9 @@ def main() -> int:
     parser.add_argument("--image-ref", help="container image the build runs in (recorded in metadata)")
     parser.add_argument("--image-digest", help="that image's digest (recorded in metadata)")
     parser.add_argument("--no-check", action="store_true", help="skip the checks (not for releases)")
+    parser.add_argument(
+        "--loaders", action="store_true", help="check: load it with each kernels release of requirements/loaders.txt"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the plan and stop")
     args = parser.parse_args()
     image = {"ref": args.image_ref, "digest": args.image_digest} if args.image_ref else None
@@ -305,7 +309,9 @@ def main() -> int:
         plan = make_plan(config, backend, args.out / ".obj" / backend)
         print(json.dumps({k: str(v) for k, v in plan.__dict__.items()}, indent=2))
         return 0
-    final = build(out=args.out, backend=args.backend, image=image, run_checks=not args.no_check)
+    final = build(
+        out=args.out, backend=args.backend, image=image, run_checks=not args.no_check, with_loaders=args.loaders
+    )
     print(final)
     return 0
 

@@ -1,6 +1,6 @@
 """Check stage: what must hold for a built variant before anyone tests or publishes it.
 
-    python -m scripts.check build/<variant> [--strict]
+    python -m scripts.check build/<variant> [--strict] [--loaders]
 
 - metadata.json is valid for kernels-data and its digest matches the files;
 - the `kernels` loader, asked to choose among the variants in the build directory, picks this one;
@@ -8,6 +8,9 @@
   recorded, and fails the check only with --strict (a Debian or Ubuntu build cannot meet it);
 - a fresh interpreter loads the variant through `kernels` and runs one call against the reference
   (on the variant's device, when this machine has one);
+- with --loaders, the same in a fresh interpreter for each `kernels` release in
+  requirements/loaders.txt: every release at or above the variant's kernels-minver must load it
+  (scripts/loaders.py);
 - rocm: the gfx942 code objects inside the shipped .so, held to the gfx942 gate's rules (fp8 MFMA in
   every GEMM kernel, no scratch, no spills, LDS within 64 KiB): the gate inspects clang-19's build, this
   inspects what the release compiler (ROCm's hipcc) actually produced.
@@ -28,7 +31,7 @@ from pathlib import Path
 import kernel_abi_check
 from kernels_data import Digest, DigestAlgorithm, DigestValidationError, Metadata
 
-from . import variant
+from . import loaders, variant
 from .common import REPO_ROOT, CheckError, log, main_wrapper, step
 
 MANYLINUX = "manylinux_2_28"
@@ -92,10 +95,11 @@ def loader_verdict(variant_dir: Path, build_dir: Path, backend: str) -> dict:
 _SMOKE = r"""
 import json, sys, torch
 from pathlib import Path
+import kernels
 from kernels import get_local_kernel
 build_dir, backend = Path(sys.argv[1]), sys.argv[2]
 kernel = get_local_kernel(build_dir, backend=backend)
-result = {"loaded": kernel.__file__, "ran": False}
+result = {"kernels": kernels.__version__, "loaded": kernel.__file__, "ran": False}
 device = "cpu" if backend == "cpu" else "cuda"
 if device == "cpu" or torch.cuda.is_available():
     torch.manual_seed(0)
@@ -120,10 +124,17 @@ print(json.dumps(result))
 """
 
 
-def smoke_verdict(build_dir: Path, backend: str) -> dict:
-    proc = subprocess.run(
-        [sys.executable, "-c", _SMOKE, str(build_dir), backend], capture_output=True, text=True, cwd=REPO_ROOT
+def _run_smoke(build_dir: Path, backend: str, loader_dir: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    if loader_dir is not None:  # that kernels release (and its dependencies) before the venv's
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(loader_dir), env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-c", _SMOKE, str(build_dir), backend], capture_output=True, text=True, cwd=REPO_ROOT, env=env
     )
+
+
+def smoke_verdict(build_dir: Path, backend: str) -> dict:
+    proc = _run_smoke(build_dir, backend)
     if proc.returncode != 0:
         raise CheckError(f"loading the variant through kernels failed:\n{proc.stderr[-4000:]}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -131,6 +142,32 @@ def smoke_verdict(build_dir: Path, backend: str) -> dict:
         raise CheckError(f"the smoke call through kernels disagrees with the reference: {result}")
     result["ok"] = True
     return result
+
+
+def loaders_verdict(variant_dir: Path, build_dir: Path, backend: str, minver: str) -> dict:
+    """The smoke call under each release of requirements/loaders.txt; those >= minver must pass it."""
+    verdict: dict = {"minver": minver, "releases": {}}
+    failures = []
+    for release in loaders.releases():
+        proc = _run_smoke(build_dir, backend, loaders.install(release))
+        required = loaders.must_load(release, minver)
+        if proc.returncode == 0:
+            result = json.loads(proc.stdout.strip().splitlines()[-1])
+        else:
+            result = {"error": " | ".join(proc.stderr.strip().splitlines()[-3:]) or f"exit {proc.returncode}"}
+        if proc.returncode == 0 and result["kernels"] != release:
+            raise CheckError(f"asked for kernels {release}, the interpreter imported {result['kernels']}")
+        loaded = proc.returncode == 0 and variant_dir in Path(result["loaded"]).resolve().parents
+        ok = loaded and (not result["ran"] or result["within_tolerance"])
+        verdict["releases"][release] = {"required": required, "ok": ok} | result
+        log(f"    kernels {release}: {'loads it' if ok else 'does not load it'}{'' if required else ' (below minver)'}")
+        if required and not ok:
+            failures.append(f"kernels {release}: {result.get('error') or result}")
+    verdict["ok"] = not failures
+    if failures:
+        listing = "\n".join(failures)
+        raise CheckError(f"{variant_dir.name} must load with every kernels release >= {minver}:\n{listing}")
+    return verdict
 
 
 def _llvm_tool(*names: str) -> str:
@@ -206,7 +243,9 @@ def machine_code_verdict(variant_dir: Path) -> dict:
     return verdict
 
 
-def check_variant(variant_dir: Path, *, build_dir: Path | None = None, strict: bool = False) -> dict:
+def check_variant(
+    variant_dir: Path, *, build_dir: Path | None = None, strict: bool = False, with_loaders: bool = False
+) -> dict:
     """Run every check, record the verdicts in metadata.json, raise CheckError on a failure."""
     variant_dir = variant_dir.resolve()
     build_dir = (build_dir or variant_dir.parent).resolve()
@@ -229,6 +268,9 @@ def check_variant(variant_dir: Path, *, build_dir: Path | None = None, strict: b
                     log(f"    machine code: {violation}")
         with step("load through kernels in a fresh interpreter, one call"):
             checks["smoke"] = smoke_verdict(build_dir, backend)
+        if with_loaders:
+            with step(f"load with each kernels release of {loaders.LOADERS_FILE.name}"):
+                checks["loaders"] = loaders_verdict(variant_dir, build_dir, backend, meta["kernels-minver"])
     finally:
         meta["checks"] = {**meta.get("checks", {}), **checks}
         (variant_dir / "metadata.json").write_text(json.dumps(meta, indent=2) + "\n")
@@ -254,10 +296,13 @@ def main() -> int:
     parser.add_argument("variant_dir", type=Path)
     parser.add_argument("--build-dir", type=Path, help="directory the loader chooses from (default: the parent)")
     parser.add_argument("--strict", action="store_true", help="fail on ABI violations too")
+    parser.add_argument(
+        "--loaders", action="store_true", help="also load it with each kernels release of requirements/loaders.txt"
+    )
     args = parser.parse_args()
     if not (args.variant_dir / "metadata.json").is_file():
         raise CheckError(f"{args.variant_dir} is not a variant directory (no metadata.json)")
-    checks = check_variant(args.variant_dir, build_dir=args.build_dir, strict=args.strict)
+    checks = check_variant(args.variant_dir, build_dir=args.build_dir, strict=args.strict, with_loaders=args.loaders)
     print(json.dumps(checks, indent=2))
     return 0
 

@@ -18,6 +18,9 @@
 #   bash scripts/device_run.sh fused   # JIT build + the fused seed kernel (Tuning.seed_fused): fp32 checks,
 #                                      # memcheck, racecheck where its stage ring wraps, sweep pick,spick,sfused
 # Logs and results go to $OUT. See gemm/cuda/NOTES.md.
+# .whl (gitignored, carried) holds the wheels the device lacks, for its Python 3.12, filled here with
+#   pip download --no-deps --python-version 3.12 --only-binary=:all: -d .whl \
+#     -r requirements/build.txt -r requirements/cuda-headers.txt tomlkit
 set -u -o pipefail
 mode=${1:-jit}
 OUT=${OUT:-/tmp/out}

@@ -157,6 +157,7 @@ def build_command(image_ref: str, image_digest: str) -> list[str]:
         image_ref,
         "--image-digest",
         image_digest,
+        "--loaders",
     ]
 
 
@@ -302,7 +303,8 @@ class Engine:
 
     def run_build(self, job: Job, tag: str, image_digest: str, ccache_dir: Path, t0: float) -> tuple[int, str]:
         """Run the build stage; return (exit code, last stdout line)."""
-        env = {"GEMM_CCACHE": "1", "HOME": "/tmp", **proxy_env()}
+        # The checkout is mounted read-only: the check stage installs its loader releases under /tmp.
+        env = {"GEMM_CCACHE": "1", "HOME": "/tmp", "GEMM_LOADERS_DIR": "/tmp/loaders", **proxy_env()}
         user = None
         if os.getuid() != 0:
             user = f"{os.getuid()}:{os.getgid()}"
@@ -376,7 +378,7 @@ def run_job(engine: Engine, job: Job, files: dict[str, bytes], out: Path, ccache
         if job.expected_variant and vdir.name != job.expected_variant:
             raise DockerBuildError(
                 f"[{job.name}] the image's torch built {vdir.name}, but the matrix entry expects "
-                f"{job.expected_variant}: fix docker/matrix.yaml (torch.version.hip names the variant)"
+                f"{job.expected_variant}: fix docker/matrix.yaml (torch.version.rocm names the variant)"
             )
         final = out / vdir.name
         if final.exists():

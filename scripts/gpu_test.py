@@ -322,20 +322,20 @@ def loader_check(kernel_dir: Path, variant: str) -> dict[str, Any]:
     """The kernels loader, in this interpreter's torch, must pick exactly `variant` and import it."""
     import torch
     from kernels import get_local_kernel
-    from kernels.variants import get_variants_local, resolve_variant, variants_trace_str
+
+    from scripts.variant import loader_trace
 
     present = sorted(p.name for p in kernel_dir.iterdir() if p.is_dir())
     info: dict[str, Any] = {
         "torch": torch.__version__,
         "hip": getattr(torch.version, "hip", None),
+        "rocm": getattr(torch.version, "rocm", None),
         "present": present,
     }
     if present != [variant]:
         return info | {"ok": False, "error": f"{kernel_dir} must hold only {variant}, holds {present}"}
-    best, trace = resolve_variant(get_variants_local(kernel_dir))
-    info["trace"] = variants_trace_str(trace)
-    if best is None or best.variant_str != variant:
-        chosen = best.variant_str if best else None
+    chosen, info["trace"] = loader_trace(kernel_dir)
+    if chosen != variant:
         return info | {"ok": False, "error": f"loader selects {chosen}, not {variant}: {info['trace']}"}
     module = get_local_kernel(kernel_dir)
     origin = Path(getattr(module, "__file__", "") or "").resolve()

@@ -6,8 +6,8 @@
     python -m scripts.matrix --torch X.Y --rocm X.Y --format json
     python -m scripts.matrix --format default-image  # the Dockerfile's default BASE_IMAGE
 
-Variant names are computed with the `kernels` library's own classes (kernels.variants.ArchVariant,
-Torch, Arch and kernels.backends.ROCm), so they are the names the loader will look for.
+Variant names are computed with the `kernels` library's own classes (through scripts/variant.py), so
+they are the names the loader will look for.
 """
 
 from __future__ import annotations
@@ -92,16 +92,10 @@ def variant_name(
     torch_version: str, rocm_version: str | None, *, cxx11: bool = True, platform: str = PLATFORM, os: str = OS
 ) -> str:
     """Variant directory name through kernels' own classes (rocm_version None -> cpu)."""
-    from kernels.backends import CPU, ROCm
-    from kernels.variants import Arch, ArchVariant, Torch
-    from packaging.version import Version
+    from scripts import variant
 
-    tv = Version(torch_version)
-    backend = CPU() if rocm_version is None else ROCm(version=Version(rocm_version))
-    return ArchVariant(
-        framework=Torch(version=Version(f"{tv.major}.{tv.minor}"), cxx11_abi=cxx11),
-        arch=Arch(backend=backend, platform=platform, os=os),
-    ).variant_str
+    backend = variant.CPU() if rocm_version is None else variant.rocm_backend(rocm_version)
+    return variant.name_for(torch_version, backend, cxx11=cxx11, system=f"{platform}-{os}")
 
 
 def _check_entry(i: int, raw: Any) -> Entry:

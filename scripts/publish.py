@@ -147,17 +147,15 @@ def verify_local_variant(variant_dir: Path) -> dict[str, Any]:
 
 def check_variant_name(name: str, meta: dict[str, Any]) -> None:
     """The loader's own parser must accept the directory name, and its backend must match the metadata."""
-    from kernels.variants import ArchVariant, parse_variant
+    from scripts import variant
 
     try:
-        parsed = parse_variant(name)
+        named = variant.named_backend(name)
     except ValueError as e:
         raise PublishError(f"{name}: not a variant name the kernels loader accepts ({e})") from e
-    if isinstance(parsed, ArchVariant):
-        named = type(parsed.arch.backend).__name__.lower()
-        declared = str((meta.get("backend") or {}).get("type", "")).lower()
-        if named != declared:
-            raise PublishError(f"{name}: the name says backend {named!r} but metadata.json says {declared!r}")
+    declared = str((meta.get("backend") or {}).get("type", "")).lower()
+    if named != declared:
+        raise PublishError(f"{name}: the name says backend {named!r} but metadata.json says {declared!r}")
 
 
 def discover_variants(build_dir: Path) -> list[LocalVariant]:

@@ -1,18 +1,39 @@
-"""The variant name for this interpreter, computed with the `kernels` loader's own classes, and the
-loader's own choice among built variants (which the build requires to agree)."""
+"""Variant names and the loader's choice among built variants, computed with the `kernels` loader's
+own classes (so they are the names the loader looks for).
+
+This is the one module that imports the loader's internals: kernels 0.19 moved its variant and
+backend classes under `kernels._internals`, and the rest of the pipeline goes through the functions
+here, so a future move changes only this file.
+"""
 
 from __future__ import annotations
 
 import platform
 from pathlib import Path
 
-from kernels.backends import CPU, Backend, _backend
-from kernels.variants import Arch, ArchVariant, Torch, get_variants_local, resolve_variant
+from kernels._internals.backends import CPU, Backend, ROCm, _backend
+from kernels._internals.variants import (
+    ArchVariant,
+    Python,
+    System,
+    Torch,
+    get_variants_local,
+    parse_variant,
+    resolve_variant,
+    variants_trace_str,
+)
 from packaging.version import Version
+
+PLATFORM = "x86_64"
+OS = "linux"
 
 
 def torch_backend() -> Backend:
-    """The backend the installed torch computes on (CPU, CUDA x.y or ROCm x.y), as `kernels` sees it."""
+    """The backend the installed torch computes on (CPU, CUDA x.y or ROCm x.y), as `kernels` sees it.
+
+    ROCm's version comes from `torch.version.rocm` where torch has it (2.10 and later), not from
+    `torch.version.hip`: from ROCm 10 on HIP has its own, lower version (docker/README.md).
+    """
     return _backend()
 
 
@@ -20,18 +41,34 @@ def backend_name(backend: Backend) -> str:
     return backend.name  # "cpu", "cuda", "rocm", ...
 
 
+def name_for(torch_version: str, backend: Backend, *, cxx11: bool | None = True, system: str | None = None) -> str:
+    """The variant name (legacy form, which every loader since 0.17 reads) for a torch release and
+    a backend, e.g. torch29-cxx11-rocm64-x86_64-linux."""
+    tv = Version(torch_version)
+    plat, os_name = (system or f"{PLATFORM}-{OS}").split("-", 1)
+    return ArchVariant(
+        framework=Torch(version=Version(f"{tv.major}.{tv.minor}"), cxx11_abi=cxx11),
+        backend=backend,
+        python=Python(),
+        system=System(platform=plat, os=os_name),
+    ).variant_str
+
+
+def rocm_backend(rocm_version: str) -> Backend:
+    """The kernels ROCm backend for a ROCm release ("6.4" -> rocm64)."""
+    return ROCm(version=Version(rocm_version))
+
+
 def variant_name(backend: Backend | None = None) -> str:
     """E.g. torch213-cxx11-cpu-x86_64-linux for this interpreter's torch."""
     import torch
 
-    backend = backend or torch_backend()
-    version = Version(torch.__version__)
-    framework = Torch(
-        version=Version(f"{version.major}.{version.minor}"),
-        cxx11_abi=torch.compiled_with_cxx11_abi() if platform.system() == "Linux" else None,
+    return name_for(
+        torch.__version__,
+        backend or torch_backend(),
+        cxx11=torch.compiled_with_cxx11_abi() if platform.system() == "Linux" else None,
+        system=f"{platform.machine()}-{platform.system().lower()}",
     )
-    arch = Arch(backend=backend, platform=platform.machine(), os=platform.system().lower())
-    return ArchVariant(framework=framework, arch=arch).variant_str
 
 
 def backend_for(name: str) -> Backend:
@@ -44,7 +81,23 @@ def backend_for(name: str) -> Backend:
     return backend
 
 
+def named_backend(name: str) -> str:
+    """The backend a variant name declares ("cpu", "cuda", "rocm"), by the loader's own parser.
+
+    Raises ValueError for a name the loader does not accept, or one that is not an arch variant."""
+    parsed = parse_variant(name)
+    if not isinstance(parsed, ArchVariant):
+        raise ValueError(f"{name!r} is not an arch variant (a compiled kernel's name)")
+    return parsed.backend.name
+
+
 def loader_choice(build_dir: Path, backend: str | None = None) -> str | None:
     """The variant directory under `build_dir` that `kernels` would load here, or None."""
     variant, _trace = resolve_variant(get_variants_local(build_dir), backend)
     return None if variant is None else variant.variant_str
+
+
+def loader_trace(build_dir: Path) -> tuple[str | None, str]:
+    """The loader's choice under `build_dir` and its account of every variant it accepted or rejected."""
+    variant, trace = resolve_variant(get_variants_local(build_dir))
+    return (None if variant is None else variant.variant_str), variants_trace_str(trace)

@@ -95,6 +95,11 @@ def test_variant_name_metadata_and_verdicts(docker_built, standin_image):
     checks = meta["checks"]
     assert isinstance(checks["abi"]["ok"], bool) and checks["abi"]["manylinux"] == "manylinux_2_28"
     assert checks["loader"]["ok"] and checks["smoke"]["ok"]
+    # inside the container, each kernels release of requirements/loaders.txt loaded it (scripts.loaders)
+    from scripts import loaders
+
+    assert checks["loaders"]["ok"] and list(checks["loaders"]["releases"]) == loaders.releases()
+    assert all(r["ok"] and r["kernels"] == v for v, r in checks["loaders"]["releases"].items())
     from scripts import check
 
     check.verify_digest(vdir)  # the files are exactly what the container wrote

@@ -38,15 +38,16 @@ def test_real_matrix_is_valid_and_variants_use_kernels_classes():
     entries = matrix.load()
     assert entries, "docker/matrix.yaml has no entries"
     assert any(e.pr for e in entries)
-    from kernels.variants import parse_variant
+    from kernels._internals.variants import parse_variant
 
     for e in entries:
         v = e.variant
         assert v.startswith(f"torch{e.torch_mm.replace('.', '')}-cxx11-rocm") and v.endswith("-x86_64-linux")
-        # the loader's own parser accepts the name and reads back the torch version
+        # the loader's own parser accepts the name and reads back the torch and ROCm versions
         parsed = parse_variant(v)
         assert parsed.variant_str == v
         assert str(parsed.framework.version) == e.torch_mm
+        assert str(parsed.backend.version) == e.rocm  # rocm714 is 7.14 (kernels 0.18 read 71.4)
         assert e.image in e.image_ref and (e.digest is None or e.image_ref.endswith("@" + e.digest))
 
 

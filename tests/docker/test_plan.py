@@ -107,6 +107,7 @@ def test_build_command_passes_image_provenance():
     assert cmd[cmd.index("--out") + 1] == "/out"
     assert cmd[cmd.index("--image-ref") + 1] == "img:tag@sha256:" + "0" * 64
     assert cmd[cmd.index("--image-digest") + 1] == "sha256:" + "1" * 64
+    assert "--loaders" in cmd  # every container build is loaded with each listed kernels release
 
 
 def test_find_variant(tmp_path):

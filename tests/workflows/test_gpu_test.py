@@ -9,6 +9,8 @@ import json
 import os
 import shutil
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ import requests
 
 from scripts import gpu_test
 from tests.benchmarks.results_files import ours_and_torch
+from tests.conftest import REPO_ROOT as REPO
 
 # Fictional versions: the real pairs live only in docker/matrix.yaml.
 VARIANT = "torch299-cxx11-rocm98-x86_64-linux"
@@ -203,20 +206,32 @@ def test_run_refuses_a_checkout_with_a_build_tree(tmp_path):
         gpu_test.cmd_run(args)
 
 
+def _loader_check_in_a_fresh_interpreter(kernel_dir: Path, variant: str) -> dict:
+    """As the container runs it: kernels 0.19 reuses a build already imported in the process (the
+    test session's own), so the check gets a process of its own."""
+    code = "import json, sys; from pathlib import Path; from scripts import gpu_test; "
+    code += "print(json.dumps(gpu_test.loader_check(Path(sys.argv[1]), sys.argv[2])))"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(kernel_dir), variant], capture_output=True, text=True, cwd=REPO
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def test_loader_check_against_the_built_variant(variant_dir, tmp_path):
     """The check the container runs, here with this machine's torch and its own built variant."""
     kdir = tmp_path / "kernel" / "build"
     shutil.copytree(variant_dir, kdir / variant_dir.name)
-    info = gpu_test.loader_check(kdir, variant_dir.name)
+    info = _loader_check_in_a_fresh_interpreter(kdir, variant_dir.name)
     assert info["ok"], info
     assert Path(info["module"]).is_relative_to(kdir / variant_dir.name)
-    wrong = gpu_test.loader_check(kdir, VARIANT)
+    wrong = _loader_check_in_a_fresh_interpreter(kdir, VARIANT)
     assert not wrong["ok"] and "must hold only" in wrong["error"]
     # A variant for another torch is present but not what this interpreter's loader selects.
     other = tmp_path / "other" / "build"
     renamed = "torch29-cxx11-cpu-x86_64-linux" if "cpu" in variant_dir.name else "torch29-cxx11-rocm64-x86_64-linux"
     shutil.copytree(variant_dir, other / renamed)
-    refused = gpu_test.loader_check(other, renamed)
+    refused = _loader_check_in_a_fresh_interpreter(other, renamed)
     assert not refused["ok"] and "loader selects None" in refused["error"]
 
 

@@ -1,0 +1,146 @@
+"""The check stage's loader releases (requirements/loaders.txt): every release at or above a variant's
+kernels-minver loads it, and ROCm's minimum is the oldest release that finds every matrix entry's
+variant when torch.version.rocm and torch.version.hip differ (as they do from ROCm 10 on)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from scripts import check, loaders, matrix, variant
+from scripts.common import CheckError
+from tests.conftest import REPO_ROOT
+
+
+def _copy_variant(variant_dir: Path, tmp_path: Path) -> Path:
+    build = tmp_path / "build"
+    shutil.copytree(variant_dir, build / variant_dir.name)
+    return build / variant_dir.name
+
+
+def test_loaders_file_lists_the_pinned_loader_and_every_minver():
+    listed = loaders.releases()
+    assert listed == sorted(listed, key=Version) and len(set(listed)) == len(listed)
+    pinned = next(
+        line.split("==")[1].strip()
+        for line in (REPO_ROOT / "requirements" / "build.txt").read_text().splitlines()
+        if line.startswith("kernels==")
+    )
+    assert pinned in listed, "the pipeline's own loader must be among those the check stage loads with"
+    assert set(loaders.MINVER.values()) <= set(listed), "each backend's minimum must be a release we load with"
+
+
+def test_every_listed_release_loads_the_built_variant(variant_dir, tmp_path):
+    vdir = _copy_variant(variant_dir, tmp_path)
+    backend = json.loads((vdir / "metadata.json").read_text())["backend"]["type"]
+    minver = loaders.minver(backend)
+    verdict = check.loaders_verdict(vdir, vdir.parent, backend, minver)
+    assert verdict["ok"] and list(verdict["releases"]) == loaders.releases()
+    for release, result in verdict["releases"].items():
+        assert result["kernels"] == release, "each interpreter imported the release it was given"
+        assert result["required"] == (Version(release) >= Version(minver))
+        if result["required"]:
+            assert result["ok"] and Path(result["loaded"]).parent == vdir.resolve()
+            assert not result["ran"] or result["within_tolerance"]
+
+
+def test_a_modified_file_fails_the_check_through_the_newest_loader(variant_dir, tmp_path):
+    """kernels 0.19 verifies the files against metadata.json's digest; the check must fail with it."""
+    vdir = _copy_variant(variant_dir, tmp_path)
+    with (vdir / "reference.py").open("a") as fh:
+        fh.write("\n# modified after the build\n")
+    newest = loaders.releases()[-1]
+    with pytest.raises(CheckError, match=f"kernels {newest}"):
+        check.loaders_verdict(vdir, vdir.parent, "cpu", "0.17.0")
+
+
+def test_older_releases_honour_a_higher_minver(variant_dir, tmp_path):
+    """A variant whose kernels-minver is above a release: that release refuses it, and the check records it."""
+    vdir = _copy_variant(variant_dir, tmp_path)
+    meta = json.loads((vdir / "metadata.json").read_text())
+    newest = loaders.releases()[-1]
+    meta["kernels-minver"] = newest  # metadata.json is outside the digest
+    (vdir / "metadata.json").write_text(json.dumps(meta, indent=2))
+    verdict = check.loaders_verdict(vdir, vdir.parent, meta["backend"]["type"], newest)
+    assert verdict["ok"]
+    for release, result in verdict["releases"].items():
+        if release == newest:
+            assert result["required"] and result["ok"]
+        else:
+            assert not result["required"] and not result["ok"]
+            assert f"requires kernels>={newest}" in result["error"]
+
+
+# Which variant each release picks, in a torch that reports ROCm `rocm` and HIP `hip` (set on a CPU
+# torch before kernels is imported: the choice reads only torch.version, the platform and the names).
+_CHOOSE = r"""
+import json, sys
+from pathlib import Path
+import torch
+torch.version.cuda, torch.version.rocm, torch.version.hip = None, sys.argv[2] or None, sys.argv[3]
+import kernels
+try:
+    from kernels._internals.variants import get_variants_local, resolve_variant
+except ImportError:
+    from kernels.variants import get_variants_local, resolve_variant
+chosen, _ = resolve_variant(get_variants_local(Path(sys.argv[1])))
+print(json.dumps({"kernels": kernels.__version__, "chosen": chosen.variant_str if chosen else None}))
+"""
+
+# (ROCm, HIP) of each ROCm release in the matrix. ROCm 10.0's HIP 7.15 is in kernels 0.19.1's source,
+# 10.1's HIP 7.16 in pytorch/pytorch#194256. For 7.14 HIP is taken to be 7.14.
+HIP_OF_ROCM = {"7.14": "7.14.0", "10.0": "7.15.0", "10.1": "7.16.0"}
+
+
+def _choices(build: Path, rocm: str, hip: str) -> dict[str, str | None]:
+    picked = {}
+    for release in loaders.releases():
+        env = {**os.environ, "PYTHONPATH": str(loaders.install(release))}
+        proc = subprocess.run(
+            [sys.executable, "-c", _CHOOSE, str(build), rocm, hip], capture_output=True, text=True, env=env
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert result["kernels"] == release
+        picked[release] = result["chosen"]
+    return picked
+
+
+def test_rocm_minver_is_the_oldest_release_that_finds_every_matrix_variant(tmp_path):
+    import torch
+
+    rocm_releases = sorted({e.rocm for e in matrix.load()}, key=Version)
+    assert set(rocm_releases) <= set(HIP_OF_ROCM), "add the new ROCm release's HIP version to HIP_OF_ROCM"
+    # The matrix's ROCm variants, named for this interpreter's torch (the choice also matches torch).
+    build = tmp_path / "build"
+    names = {r: matrix.variant_name(torch.__version__, r) for r in rocm_releases}
+    for name in names.values():
+        (build / name).mkdir(parents=True)
+    finds_all = {release: True for release in loaders.releases()}
+    for rocm in rocm_releases:
+        picked = _choices(build, rocm, HIP_OF_ROCM[rocm])
+        for release, chosen in picked.items():
+            finds_all[release] &= chosen == names[rocm]
+        assert picked[loaders.releases()[-1]] == names[rocm], f"the newest loader must find ROCm {rocm}'s variant"
+    listed = loaders.releases()
+    oldest = next(r for i, r in enumerate(listed) if all(finds_all[later] for later in listed[i:]))
+    assert loaders.minver("rocm") == oldest, finds_all
+    assert variant.named_backend(names[rocm_releases[0]]) == "rocm"
+
+
+def test_the_build_names_a_rocm_variant_after_torch_version_rocm(monkeypatch):
+    """On ROCm 10.0 torch reports HIP 7.15: the variant is still rocm100, the matrix entry's name."""
+    import torch
+
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(torch.version, "rocm", "10.0.0")
+    monkeypatch.setattr(torch.version, "hip", "7.15.25432")
+    assert variant.torch_backend().name == "rocm"
+    assert variant.variant_name() == matrix.variant_name(torch.__version__, "10.0")
