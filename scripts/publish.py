@@ -18,7 +18,8 @@ What it does (all through huggingface_hub's HfApi; no hand-written HTTP):
   `--max-ops-per-commit` operations, or for a new version branch, the commits go to a side branch
   that is verified and then becomes the version branch, so it never holds half a release;
 - after the upload each published variant's metadata.json is fetched back and its digest compared;
-- variants with a failed check, a dirty or unknown provenance, or a version that disagrees with
+- variants with a failed check (or, for ROCm, no record of the loader releases that load it), a
+  dirty or unknown provenance, or a version that disagrees with
   build.toml or the release tag are refused unless `--force --reason "..."` (the reason goes into
   the commit message);
 - the token comes only from HF_TOKEN or HF trusted publishing (OIDC); without one, or with
@@ -202,6 +203,9 @@ def release_refusals(
         else:
             if "abi" not in checks:
                 v.refusals.append("no ABI check recorded")
+            # ROCm variants are found only by some loader releases (scripts/loaders.py): prove which.
+            if (v.meta.get("backend") or {}).get("type") == "rocm" and "loaders" not in checks:
+                v.refusals.append("no loader-release check recorded (scripts.build/check --loaders)")
             for name, result in sorted(checks.items()):
                 if not isinstance(result, dict) or result.get("ok") is not True:
                     v.refusals.append(f"check '{name}' did not pass")

@@ -133,6 +133,7 @@ class Project:
                 },
                 "loader": {"ok": True},
                 "smoke": {"ok": True},
+                **({"loaders": {"ok": True}} if backend_type == "rocm" else {}),
             },
         }
         (d / "metadata.json").write_text(json.dumps(meta, indent=2))

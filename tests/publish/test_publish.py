@@ -231,10 +231,14 @@ def test_dry_run_changes_nothing(hub, project, run_publish):
         assert {b: hub.files(REPO, b) for b in hub.branches(REPO)} == state
 
 
-@pytest.mark.parametrize("problem", ["failed_check", "missing_abi_check", "dirty", "toml_version", "tag_version"])
+@pytest.mark.parametrize(
+    "problem", ["failed_check", "missing_abi_check", "rocm_without_loaders", "dirty", "toml_version", "tag_version"]
+)
 def test_refusals_and_force_with_reason(hub, project, run_publish, problem):
     args: list[str] = []
-    if problem == "failed_check":
+    if problem == "rocm_without_loaders":
+        project.variant(ROCM, ops="_gemm_rocm_abc1234", checks={"abi": {"ok": True}, "smoke": {"ok": True}})
+    elif problem == "failed_check":
         checks = {"abi": {"ok": True}, "loader": {"ok": True}, "smoke": {"ok": True}, "tests": {"ok": False}}
         project.variant(CPU, checks=checks)
     elif problem == "missing_abi_check":
