@@ -11,6 +11,7 @@ on stdout is the variant directory.
 from __future__ import annotations
 
 import argparse
+import ast
 import concurrent.futures
 import hashlib
 import importlib.util
@@ -210,6 +211,51 @@ def _ops_py(ops_name: str, backend: str) -> str:
     )
 
 
+def symbols(package: Path) -> dict:
+    """symbols.json, which `kernels describe-api` (0.19) reads to list a kernel's public functions and
+    layers without importing it: the functions named in `__all__` of the package's __init__.py (defined
+    there or imported from a module of the package) and the nn.Module classes of layers.py with the
+    two flags kernelize reads. Read from the source, so the build never imports the library."""
+
+    def tree(name: str) -> ast.Module:
+        return ast.parse((package / name).read_text())
+
+    init = tree("__init__.py")
+    exported = next(
+        ast.literal_eval(node.value)
+        for node in init.body
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets)
+    )
+    defined = {n.name for n in init.body if isinstance(n, ast.FunctionDef)}
+    for node in init.body:  # `from .quantize import f`: f counts if that module defines it with `def`
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 1
+            and node.module
+            and (package / f"{node.module}.py").is_file()
+        ):
+            module_defs = {n.name for n in tree(f"{node.module}.py").body if isinstance(n, ast.FunctionDef)}
+            defined |= {a.asname or a.name for a in node.names if a.name in module_defs}
+    layers = []
+    if (package / "layers.py").is_file():
+        for cls in tree("layers.py").body:
+            if not isinstance(cls, ast.ClassDef) or not any(
+                ast.unparse(b) in ("nn.Module", "torch.nn.Module") for b in cls.bases
+            ):
+                continue
+            flags = {
+                t.id: n.value.value
+                for n in cls.body
+                if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, bool)
+                for t in n.targets
+                if isinstance(t, ast.Name)
+            }
+            attributes = {key: flags.get(key) for key in ("has_backward", "can_torch_compile")}
+            layers.append({"name": cls.name, "attributes": attributes})
+    functions = [{"name": name} for name in exported if name in defined]
+    return {"schema_version": 1, "functions": functions, "layers": layers}
+
+
 def metadata(config: buildconfig.BuildConfig, plan: BuildPlan, image: dict | None) -> dict:
     import torch
 
@@ -275,6 +321,7 @@ def build(
         package = root / "torch-ext" / config.python_name
         shutil.copytree(package, staging, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         (staging / "_ops.py").write_text(_ops_py(plan.ops_name, plan.backend))
+        (staging / "symbols.json").write_text(json.dumps(symbols(package), indent=2) + "\n")
         shutil.copy2(objdir / f"{plan.ops_name}.abi3.so", staging / f"{plan.ops_name}.abi3.so")
         meta = metadata(config, plan, image)
         meta["digest"] = check.digest_json(staging)

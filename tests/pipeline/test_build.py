@@ -142,3 +142,30 @@ def test_build_is_atomic_and_reproducible(tmp_path):
     assert plan_a.ops_name == plan_b.ops_name
     assert plan_a.variant == variant.variant_name()
     assert not list(Path(REPO_ROOT / "build").glob(".staging-*")), "a half-built variant was left behind"
+
+
+def test_symbols_json_lists_what_the_loaded_kernel_exports(variant_dir, build_dir, kernel):
+    """symbols.json (read from the source at build time) against the module users load, and as
+    `kernels describe-api` prints it."""
+    import inspect
+
+    from torch import nn
+
+    symbols = json.loads((variant_dir / "symbols.json").read_text())
+    assert symbols["schema_version"] == 1
+    functions = [name for name in kernel.__all__ if inspect.isfunction(getattr(kernel, name))]
+    assert functions and [f["name"] for f in symbols["functions"]] == functions
+    layers = [
+        {"name": name, "attributes": {"has_backward": cls.has_backward, "can_torch_compile": cls.can_torch_compile}}
+        for name, cls in vars(kernel.layers).items()
+        if inspect.isclass(cls) and issubclass(cls, nn.Module) and cls.__module__ == kernel.layers.__name__
+    ]
+    assert layers and symbols["layers"] == layers
+    cli = "import sys; from kernels._internals.cli import main; sys.argv[0] = 'kernels'; main()"
+    proc = subprocess.run(
+        [sys.executable, "-c", cli, "describe-api", str(build_dir), "--json"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    described = json.loads(proc.stdout)
+    assert described["variant"] == variant_dir.name
+    assert described["functions"] == symbols["functions"] and described["layers"] == symbols["layers"]
