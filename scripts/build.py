@@ -212,7 +212,7 @@ def _ops_py(ops_name: str, backend: str) -> str:
 
 
 def symbols(package: Path) -> dict:
-    """symbols.json, which `kernels describe-api` (0.19) reads to list a kernel's public functions and
+    """symbols.json, which `kernels describe-api` (0.18.3 and later) reads to list a kernel's public functions and
     layers without importing it: the functions named in `__all__` of the package's __init__.py (defined
     there or imported from a module of the package) and the nn.Module classes of layers.py with the
     two flags kernelize reads. Read from the source, so the build never imports the library."""
@@ -222,10 +222,15 @@ def symbols(package: Path) -> dict:
 
     init = tree("__init__.py")
     exported = next(
-        ast.literal_eval(node.value)
-        for node in init.body
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets)
+        (
+            ast.literal_eval(node.value)
+            for node in init.body
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets)
+        ),
+        None,
     )
+    if not isinstance(exported, list):
+        raise BuildError(f"{package}/__init__.py needs a literal __all__ list (symbols.json is written from it)")
     defined = {n.name for n in init.body if isinstance(n, ast.FunctionDef)}
     for node in init.body:  # `from .quantize import f`: f counts if that module defines it with `def`
         if (
@@ -256,6 +261,14 @@ def symbols(package: Path) -> dict:
     return {"schema_version": 1, "functions": functions, "layers": layers}
 
 
+def _rocm_release(backend: str) -> str | None:
+    """The ROCm major.minor the variant is named after (rocm builds only)."""
+    if backend != "rocm":
+        return None
+    version = variant.torch_backend().version
+    return f"{version.major}.{version.minor}"
+
+
 def metadata(config: buildconfig.BuildConfig, plan: BuildPlan, image: dict | None) -> dict:
     import torch
 
@@ -273,7 +286,7 @@ def metadata(config: buildconfig.BuildConfig, plan: BuildPlan, image: dict | Non
         "license": config.license,
         "python-depends": [],
         "backend": backend,
-        "kernels-minver": loaders.minver(plan.backend),
+        "kernels-minver": loaders.minver(plan.backend, _rocm_release(plan.backend)),
         "provenance": provenance,
         "build": {
             "variant": plan.variant,

@@ -145,28 +145,30 @@ def smoke_verdict(build_dir: Path, backend: str) -> dict:
 
 
 def loaders_verdict(variant_dir: Path, build_dir: Path, backend: str, minver: str) -> dict:
-    """The smoke call under each release of requirements/loaders.txt; those >= minver must pass it."""
-    verdict: dict = {"minver": minver, "releases": {}}
-    failures = []
+    """The smoke call under each release of requirements/loaders.txt. The verdict is ok when every
+    release >= minver loaded the variant and passed it; older ones are recorded only."""
+    verdict: dict = {"minver": minver, "releases": {}, "failures": []}
     for release in loaders.releases():
-        proc = _run_smoke(build_dir, backend, loaders.install(release))
         required = loaders.must_load(release, minver)
-        if proc.returncode == 0:
-            result = json.loads(proc.stdout.strip().splitlines()[-1])
+        try:
+            proc = _run_smoke(build_dir, backend, loaders.install(release))
+        except CheckError as err:  # pip could not install it
+            result = {"error": str(err).splitlines()[0]}
         else:
-            result = {"error": " | ".join(proc.stderr.strip().splitlines()[-3:]) or f"exit {proc.returncode}"}
-        if proc.returncode == 0 and result["kernels"] != release:
-            raise CheckError(f"asked for kernels {release}, the interpreter imported {result['kernels']}")
-        loaded = proc.returncode == 0 and variant_dir in Path(result["loaded"]).resolve().parents
+            lines = proc.stdout.strip().splitlines()
+            if proc.returncode == 0 and lines:
+                result = json.loads(lines[-1])
+            else:
+                result = {"error": " | ".join(proc.stderr.strip().splitlines()[-3:]) or f"exit {proc.returncode}"}
+        if "kernels" in result and result["kernels"] != release:
+            result["error"] = f"asked for kernels {release}, the interpreter imported {result['kernels']}"
+        loaded = "error" not in result and variant_dir in Path(result["loaded"]).resolve().parents
         ok = loaded and (not result["ran"] or result["within_tolerance"])
         verdict["releases"][release] = {"required": required, "ok": ok} | result
         log(f"    kernels {release}: {'loads it' if ok else 'does not load it'}{'' if required else ' (below minver)'}")
         if required and not ok:
-            failures.append(f"kernels {release}: {result.get('error') or result}")
-    verdict["ok"] = not failures
-    if failures:
-        listing = "\n".join(failures)
-        raise CheckError(f"{variant_dir.name} must load with every kernels release >= {minver}:\n{listing}")
+            verdict["failures"].append(f"kernels {release}: {result.get('error') or result}")
+    verdict["ok"] = not verdict["failures"]
     return verdict
 
 
@@ -270,10 +272,16 @@ def check_variant(
             checks["smoke"] = smoke_verdict(build_dir, backend)
         if with_loaders:
             with step(f"load with each kernels release of {loaders.LOADERS_FILE.name}"):
+                if "kernels-minver" not in meta:
+                    raise CheckError(f"{variant_dir}/metadata.json has no kernels-minver: rebuild it")
                 checks["loaders"] = loaders_verdict(variant_dir, build_dir, backend, meta["kernels-minver"])
     finally:
         meta["checks"] = {**meta.get("checks", {}), **checks}
         (variant_dir / "metadata.json").write_text(json.dumps(meta, indent=2) + "\n")
+    if not checks.get("loaders", {"ok": True})["ok"]:
+        failures = "\n".join(checks["loaders"]["failures"])
+        minver = checks["loaders"]["minver"]
+        raise CheckError(f"{variant_dir.name} must load with every kernels release >= {minver}:\n{failures}")
     if not checks.get("machine_code", {"ok": True})["ok"]:
         raise CheckError(f"{variant_dir.name}: its GPU machine code breaks the gfx942 gate's rules (see above)")
     if strict and not checks["abi"]["ok"]:

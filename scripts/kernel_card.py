@@ -219,7 +219,8 @@ file (`digest`), checked again after upload.
 ## Usage
 
 On MI300X use `kernels` 0.19.1 or newer: older releases miss some of the ROCm variants (0.17 names
-the system's ROCm after `torch.version.hip`, 0.18 misreads ROCm releases with a two-digit minor).
+the system's ROCm after `torch.version.hip`, 0.18.3 misreads the name of a ROCm release whose minor
+has two digits).
 Each variant's `metadata.json` gives its `kernels-minver` and, under `checks.loaders`, the releases it
 was loaded with.
 

@@ -1,9 +1,9 @@
 """Variant names and the loader's choice among built variants, computed with the `kernels` loader's
 own classes (so they are the names the loader looks for).
 
-This is the one module that imports the loader's internals: kernels 0.19 moved its variant and
-backend classes under `kernels._internals`, and the rest of the pipeline goes through the functions
-here, so a future move changes only this file.
+This is the one pipeline module that imports the loader's variant and backend classes: kernels 0.19
+moved them under `kernels._internals`, and the other stages go through the functions here, so a future
+move changes only this file (tests that hold the pipeline to those classes import them too).
 """
 
 from __future__ import annotations

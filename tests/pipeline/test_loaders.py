@@ -34,13 +34,15 @@ def test_loaders_file_lists_the_pinned_loader_and_every_minver():
         if line.startswith("kernels==")
     )
     assert pinned in listed, "the pipeline's own loader must be among those the check stage loads with"
-    assert set(loaders.MINVER.values()) <= set(listed), "each backend's minimum must be a release we load with"
+    minimums = {loaders.minver("cpu"), loaders.minver("cuda")}
+    minimums |= {loaders.minver("rocm", e.rocm) for e in matrix.load()}
+    assert minimums <= set(listed), "each variant's minimum must be a release we load with"
 
 
 def test_every_listed_release_loads_the_built_variant(variant_dir, tmp_path):
     vdir = _copy_variant(variant_dir, tmp_path)
-    backend = json.loads((vdir / "metadata.json").read_text())["backend"]["type"]
-    minver = loaders.minver(backend)
+    meta = json.loads((vdir / "metadata.json").read_text())
+    backend, minver = meta["backend"]["type"], meta["kernels-minver"]
     verdict = check.loaders_verdict(vdir, vdir.parent, backend, minver)
     assert verdict["ok"] and list(verdict["releases"]) == loaders.releases()
     for release, result in verdict["releases"].items():
@@ -52,13 +54,32 @@ def test_every_listed_release_loads_the_built_variant(variant_dir, tmp_path):
 
 
 def test_a_modified_file_fails_the_check_through_the_newest_loader(variant_dir, tmp_path):
-    """kernels 0.19 verifies the files against metadata.json's digest; the check must fail with it."""
+    """kernels 0.18.3 and later verify the files against metadata.json's digest; the check must fail."""
     vdir = _copy_variant(variant_dir, tmp_path)
     with (vdir / "reference.py").open("a") as fh:
         fh.write("\n# modified after the build\n")
     newest = loaders.releases()[-1]
-    with pytest.raises(CheckError, match=f"kernels {newest}"):
-        check.loaders_verdict(vdir, vdir.parent, "cpu", "0.17.0")
+    verdict = check.loaders_verdict(vdir, vdir.parent, "cpu", "0.17.0")
+    assert not verdict["ok"] and not verdict["releases"][newest]["ok"]
+    assert any(f.startswith(f"kernels {newest}:") and "digest" in f for f in verdict["failures"])
+
+
+def test_the_check_records_a_failed_loader_verdict_before_it_fails(variant_dir, tmp_path, monkeypatch):
+    """publish must see checks.loaders ok=false (not a missing check): the verdict is written first."""
+    vdir = _copy_variant(variant_dir, tmp_path)
+    newest = loaders.releases()[-1]
+    real = check._run_smoke
+
+    def newest_fails(build_dir, backend, loader_dir=None):
+        if loader_dir is not None and loader_dir.name.startswith(newest):
+            return subprocess.CompletedProcess([], 1, "", "ImportError: broken on purpose")
+        return real(build_dir, backend, loader_dir)
+
+    monkeypatch.setattr(check, "_run_smoke", newest_fails)
+    with pytest.raises(CheckError, match=f"kernels {newest}: ImportError: broken on purpose"):
+        check.check_variant(vdir, with_loaders=True)
+    recorded = json.loads((vdir / "metadata.json").read_text())["checks"]
+    assert recorded["smoke"]["ok"] and recorded["loaders"]["ok"] is False
 
 
 def test_older_releases_honour_a_higher_minver(variant_dir, tmp_path):
@@ -123,15 +144,13 @@ def test_rocm_minver_is_the_oldest_release_that_finds_every_matrix_variant(tmp_p
     names = {r: matrix.variant_name(torch.__version__, r) for r in rocm_releases}
     for name in names.values():
         (build / name).mkdir(parents=True)
-    finds_all = {release: True for release in loaders.releases()}
+    listed = loaders.releases()
     for rocm in rocm_releases:
         picked = _choices(build, rocm, HIP_OF_ROCM[rocm])
-        for release, chosen in picked.items():
-            finds_all[release] &= chosen == names[rocm]
-        assert picked[loaders.releases()[-1]] == names[rocm], f"the newest loader must find ROCm {rocm}'s variant"
-    listed = loaders.releases()
-    oldest = next(r for i, r in enumerate(listed) if all(finds_all[later] for later in listed[i:]))
-    assert loaders.minver("rocm") == oldest, finds_all
+        assert picked[listed[-1]] == names[rocm], f"the newest loader must find ROCm {rocm}'s variant"
+        # The variant's kernels-minver: the oldest release from which every later one finds it.
+        oldest = next(r for i, r in enumerate(listed) if all(picked[later] == names[rocm] for later in listed[i:]))
+        assert loaders.minver("rocm", rocm) == oldest, (rocm, picked)
     assert variant.named_backend(names[rocm_releases[0]]) == "rocm"
 
 

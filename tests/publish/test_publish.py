@@ -254,6 +254,8 @@ def test_refusals_and_force_with_reason(hub, project, run_publish, problem):
 
     rc, out = run_publish(*args)
     assert rc == 2 and "REFUSED" in out and "--force" in out
+    if problem == "rocm_without_loaders":
+        assert "no loader-release check recorded" in out
     assert writes(hub) == [] and REPO not in hub.repos
 
     rc, out = run_publish(*args, "--force", "--reason", "hotfix approved by lead")
