@@ -96,9 +96,8 @@ _SMOKE = r"""
 import json, sys, torch
 from pathlib import Path
 import kernels
-from kernels import get_local_kernel
 build_dir, backend = Path(sys.argv[1]), sys.argv[2]
-kernel = get_local_kernel(build_dir, backend=backend)
+kernel = kernels.get_local_kernel(build_dir, backend=backend)
 result = {"kernels": kernels.__version__, "loaded": kernel.__file__, "ran": False}
 device = "cpu" if backend == "cpu" else "cuda"
 if device == "cpu" or torch.cuda.is_available():
@@ -125,9 +124,7 @@ print(json.dumps(result))
 
 
 def _run_smoke(build_dir: Path, backend: str, loader_dir: Path | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    if loader_dir is not None:  # that kernels release (and its dependencies) before the venv's
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(loader_dir), env.get("PYTHONPATH")]))
+    env = None if loader_dir is None else loaders.environment(loader_dir)  # that kernels release first
     return subprocess.run(
         [sys.executable, "-c", _SMOKE, str(build_dir), backend], capture_output=True, text=True, cwd=REPO_ROOT, env=env
     )

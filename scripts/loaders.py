@@ -18,6 +18,7 @@ docker/README.md gives the versions; tests/pipeline/test_loaders.py shows each c
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import os
@@ -66,8 +67,9 @@ def releases(path: Path = LOADERS_FILE) -> list[str]:
     return sorted(found, key=Version)
 
 
+@functools.cache
 def _constraints() -> str:
-    """`name==version` of every distribution installed here but kernels itself."""
+    """`name==version` of every distribution installed here but kernels itself (read once a process)."""
     pins = {
         dist.metadata["Name"].lower(): dist.version
         for dist in importlib.metadata.distributions()
@@ -107,6 +109,13 @@ def install(release: str, cache: Path = CACHE) -> Path:
             raise
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def environment(loader_dir: Path) -> dict[str, str]:
+    """This process's environment with the release installed in `loader_dir` first on the path."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(loader_dir), env.get("PYTHONPATH")]))
+    return env
 
 
 def must_load(release: str, variant_minver: str) -> bool:

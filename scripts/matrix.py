@@ -95,7 +95,7 @@ def variant_name(
     from scripts import variant
 
     backend = variant.CPU() if rocm_version is None else variant.rocm_backend(rocm_version)
-    return variant.name_for(torch_version, backend, cxx11=cxx11, system=f"{platform}-{os}")
+    return variant.name_for(torch_version, backend, cxx11=cxx11, platform=platform, os=os)
 
 
 def _check_entry(i: int, raw: Any) -> Entry:

@@ -41,16 +41,17 @@ def backend_name(backend: Backend) -> str:
     return backend.name  # "cpu", "cuda", "rocm", ...
 
 
-def name_for(torch_version: str, backend: Backend, *, cxx11: bool | None = True, system: str | None = None) -> str:
+def name_for(
+    torch_version: str, backend: Backend, *, cxx11: bool | None = True, platform: str = PLATFORM, os: str = OS
+) -> str:
     """The variant name (legacy form, which every loader since 0.17 reads) for a torch release and
     a backend, e.g. torch29-cxx11-rocm64-x86_64-linux."""
     tv = Version(torch_version)
-    plat, os_name = (system or f"{PLATFORM}-{OS}").split("-", 1)
     return ArchVariant(
         framework=Torch(version=Version(f"{tv.major}.{tv.minor}"), cxx11_abi=cxx11),
         backend=backend,
         python=Python(),
-        system=System(platform=plat, os=os_name),
+        system=System(platform=platform, os=os),
     ).variant_str
 
 
@@ -67,7 +68,8 @@ def variant_name(backend: Backend | None = None) -> str:
         torch.__version__,
         backend or torch_backend(),
         cxx11=torch.compiled_with_cxx11_abi() if platform.system() == "Linux" else None,
-        system=f"{platform.machine()}-{platform.system().lower()}",
+        platform=platform.machine(),
+        os=platform.system().lower(),
     )
 
 

@@ -5,7 +5,6 @@ variant when torch.version.rocm and torch.version.hip differ (as they do from RO
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -123,7 +122,7 @@ HIP_OF_ROCM = {"7.14": "7.14.0", "10.0": "7.15.0", "10.1": "7.16.0"}
 def _choices(build: Path, rocm: str, hip: str) -> dict[str, str | None]:
     picked = {}
     for release in loaders.releases():
-        env = {**os.environ, "PYTHONPATH": str(loaders.install(release))}
+        env = loaders.environment(loaders.install(release))
         proc = subprocess.run(
             [sys.executable, "-c", _CHOOSE, str(build), rocm, hip], capture_output=True, text=True, env=env
         )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from . import reference
-from ._formats import SUPPORTED_DTYPES
+from ._formats import BLOCK, SUPPORTED_DTYPES
 from ._ops import BACKEND, add_op_namespace_prefix, ops
 from .quantize import check_floating, quantize_activations, quantize_weight, to_e4m3fnuz
 
@@ -34,9 +34,6 @@ __all__ = [
     "SUPPORTED_DTYPES",
     "ACCUMULATION_ALLOWANCE",
 ]
-
-BLOCK = 128
-"""Scale block size along K (and along N for the weight scales)."""
 
 # How this backend's accuracy is tested: the contract's elementwise rule, plus this multiple of the sum of
 # the terms' magnitudes (0 = the rule as written; Hopper's FP8 tensor cores need more: reference.py says why).

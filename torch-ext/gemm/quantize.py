@@ -25,10 +25,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ._formats import SUPPORTED_DTYPES
+from ._formats import BLOCK, SUPPORTED_DTYPES
 from ._ops import BACKEND
 
-BLOCK = 128
 INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
