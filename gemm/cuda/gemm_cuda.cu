@@ -10,8 +10,8 @@
 // (a (K,M), b (K,N): M/N-contiguous) cannot feed FP8 wgmma directly (FP8 wgmma reads only K-major
 // shared-memory operands), so one fused launch (gemm_cuda_prep.cu) transposes a, b and both scale
 // tensors into K-major scratch, then the natural path runs, its GEMM launched as the preparation's
-// programmatic dependent (GemmArgs::pdl). A fused seed kernel that reads a and b as they are (faster where
-// pick_seed_fused says) is built but not yet on the op's path (kSeedFusedOnTheOpsPath). See NOTES.md.
+// programmatic dependent (GemmArgs::pdl). Where pick_seed_fused says (short K, or one wave of tiles with
+// M + N >= 6144), a fused seed kernel reads a and b as they are instead (kSeedFusedOnTheOpsPath). See NOTES.md.
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>

@@ -259,13 +259,12 @@ inline Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
 // GEMM itself dominates (K = 7168 beyond one wide wave, 8 or more waves). M <= 64 keeps the decode
 // kernel (64-row tiles); M and N must be multiples of 16 (the kernel's TMA row strides).
 //
-// Not on the op's path yet (kSeedFusedOnTheOpsPath): racecheck reported its consumers' reads of a stage's
-// scales unordered with the producer's copies into it (runs 121-122, 256x1024x1024), with the protocol of
-// the natural kernels, which pass. Run 122 tied the reports to the copies' form (16-byte cp.async.cg); the
-// kernel now copies as the natural kernels do (4-byte cp.async.ca), not yet run on a GPU. Until racecheck
-// is clean on it, the seed layout takes the preparation pass; the fused kernel runs when asked for
-// (Tuning::seed_fused = 1: tests/cuda/config_sweep.py's `sfused`).
-constexpr bool kSeedFusedOnTheOpsPath = false;
+// On the op's path since run 125 (kSeedFusedOnTheOpsPath): racecheck had reported its consumers' reads of a
+// stage's scales unordered with the producer's 16-byte cp.async copies into it (runs 121-122); with the
+// natural kernels' 4-byte copies it is clean where its stage ring wraps (runs 124 and 126: 0 hazards at
+// 256x1024x1024 and 96x7168x2048, the latter through the op). False would send the seed layout back to the
+// preparation pass; Tuning::seed_fused forces either (tests/cuda/config_sweep.py's `sfused` / `sprep`).
+constexpr bool kSeedFusedOnTheOpsPath = true;
 inline bool pick_seed_fused(int64_t M, int64_t N, int64_t K, int64_t sms = kSms) {
   if (M <= 64 || M % 16 != 0 || N % 16 != 0 || K % kBlock != 0) return false;
   int64_t const tiles = ceil_div(M, 128) * ceil_div(N, 128);

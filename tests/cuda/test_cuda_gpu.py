@@ -136,7 +136,7 @@ def _fused_on_the_ops_path() -> bool:
 
 def test_seed_layout_takes_the_kernel_that_pick_seed_fused_names(cuda_kernel):
     """At 512x4096x512 (short K) pick_seed_fused takes the fused seed kernel: it is what runs while
-    kSeedFusedOnTheOpsPath is on (not since run 121's racecheck), the preparation pass otherwise. At
+    kSeedFusedOnTheOpsPath is on (since run 125), the preparation pass otherwise. At
     1024x1536x7168 (one wave of tiles, M + N < 6144) the preparation pass runs either way. Views of a and b
     that start off a 16-byte boundary (no TMA) take the preparation pass too, and every view computes the
     right answer."""

@@ -164,7 +164,7 @@ def test_128x96_tiles_only_for_one_full_wave_of_full_tiles_at_deep_k(pick_progra
 
 # The seed layout: fused kernel (True) or the preparation pass and the natural path (False), as measured
 # (run 119 and run 117's challenge shapes, us in NOTES.md: the faster of the two, except where noted). The
-# rule is not on the op's path yet (kSeedFusedOnTheOpsPath: racecheck, runs 121-122); it is what will be.
+# rule is on the op's path since run 125 (kSeedFusedOnTheOpsPath).
 SEED_FUSED_PICKS = {
     (96, 7168, 256): True,  # 9.1 against 10.3
     (96, 7168, 2048): True,  # 17.8 against 23.4: one wave, the pass over b long against the GEMM
