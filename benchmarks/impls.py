@@ -62,7 +62,7 @@ def _build_ours(ctx: Context, inp: Inputs, layout: str):
 
 
 def _build_ours_linear(ctx: Context, inp: Inputs, layout: str):
-    # What model code calls on bf16 activations: gemm.linear, the quantization (plain torch) and the GEMM.
+    # What model code calls on bf16 activations: gemm.linear, the activations' quantization and the GEMM.
     k = ctx.kernel
     hidden = dequantize_x(inp.x, inp.x_scale).to(torch.bfloat16)
     w, sw = inp.w, inp.w_scale

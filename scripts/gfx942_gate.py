@@ -46,6 +46,9 @@ ARCH = "gfx942"
 HIP_FLAGS = ["-std=c++17", "-O3", "-DROCM_KERNEL"]
 GATE_DEFINES = ["-DGEMM_ROCM_KERNELS_ONLY"]
 DEFAULT_DEVICE_LIBS = Path("/usr/lib/x86_64-linux-gnu/amdgcn/bitcode")
+# The device libraries linked in, as hipcc links them: ocml holds the math functions (log2f, exp2f of
+# the quantization kernel).
+DEVICE_LIBS = ("hip.bc", "ockl.bc", "ocml.bc")
 LDS_LIMIT = 64 * 1024
 # Latency hiding: in a GEMM kernel's K loop every global load must have at least one MFMA issued
 # before the s_waitcnt that retires it (the staging loads are meant to have a whole stage in
@@ -119,7 +122,7 @@ def tool(name: str) -> str:
 
 def device_lib_path() -> Path:
     path = Path(os.environ.get("GEMM_HIP_DEVICE_LIB_PATH", DEFAULT_DEVICE_LIBS))
-    for lib in ("hip.bc", "ockl.bc"):
+    for lib in DEVICE_LIBS:
         if not (path / lib).is_file():
             raise GateError(f"HIP device library {path / lib} missing (package rocm-device-libs)")
     return path
@@ -137,7 +140,7 @@ def compile_tu(src: Path, out_dir: Path, extra: list[str] | None = None) -> Path
     cmd = [
         tool("clang++-19"), "-x", "hip", f"--offload-arch={ARCH}", "--cuda-device-only",
         "--no-gpu-bundle-output", *HIP_FLAGS, *GATE_DEFINES, *(extra or []),
-        f"--hip-device-lib-path={bc}", "--hip-device-lib=hip.bc", "--hip-device-lib=ockl.bc",
+        f"--hip-device-lib-path={bc}", *(f"--hip-device-lib={lib}" for lib in DEVICE_LIBS),
         f"-I{src.parent}", "-c", str(src), "-o", str(obj),
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -70,6 +70,29 @@ void gemm_natural_checked(torch::Tensor const &x, torch::Tensor const &w, torch:
   gemm_natural(out, x, w, x_scale, w_scale);
 }
 
+#if defined(CUDA_KERNEL) || defined(ROCM_KERNEL)
+#if defined(ROCM_KERNEL)
+constexpr at::ScalarType kQuantizedType = at::kFloat8_e4m3fnuz;  // what gfx942 computes in
+#else
+constexpr at::ScalarType kQuantizedType = at::kFloat8_e4m3fn;
+#endif
+
+void quantize_rows_checked(torch::Tensor const &x, bool power_of_two, torch::Tensor &q, torch::Tensor &scale) {
+  TORCH_CHECK(x.dim() == 2, "x must be 2-D (M, K), got ", x.dim(), "-D");
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf || x.scalar_type() == at::kFloat,
+              "x must be bfloat16, float16 or float32, got ", x.scalar_type());
+  TORCH_CHECK(x.is_contiguous(), "x must be row-major contiguous");
+  TORCH_CHECK(x.is_cuda(), "x must be on a GPU (a torch cuda device), got ", x.device());
+  int64_t const M = x.size(0), K = x.size(1);
+  TORCH_CHECK(K > 0 && K % kBlock == 0, "x.shape[1] (K) must be a positive multiple of 128, got ", K);
+  check_2d(q, "q", M, K, kQuantizedType, x);
+  check_2d(scale, "scale", M, K / kBlock, at::kFloat, x);
+  TORCH_CHECK(!q.is_alias_of(x) && !scale.is_alias_of(x) && !q.is_alias_of(scale),
+              "q, scale and x must not share memory");
+  quantize_rows(q, scale, x, power_of_two);
+}
+#endif
+
 }  // namespace
 
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
@@ -77,6 +100,10 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def("gemm(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, Tensor(c!) c) -> ()");
   // The same product with K-contiguous operands: out = (x * x_scale) @ (w * w_scale).T
   ops.def("gemm_natural(Tensor x, Tensor w, Tensor x_scale, Tensor w_scale, Tensor(out!) out) -> ()");
+  // quantize_activations' kernel: x (M, K) -> q (M, K) FP8 and scale (M, K/128), one scale per 128 elements
+  // of a row. Declared by every build so that the Python package registers one fake for it; implemented by
+  // the GPU builds (gemm/quantize.py runs the same arithmetic in torch on CPU).
+  ops.def("quantize_rows(Tensor x, bool power_of_two, Tensor(q!) q, Tensor(scale!) scale) -> ()");
 #if defined(CPU_KERNEL)
   ops.impl("gemm", torch::kCPU, &gemm_checked);
   ops.impl("gemm_natural", torch::kCPU, &gemm_natural_checked);
@@ -84,6 +111,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   // ROCm builds of torch dispatch HIP tensors under the CUDA key too.
   ops.impl("gemm", torch::kCUDA, &gemm_checked);
   ops.impl("gemm_natural", torch::kCUDA, &gemm_natural_checked);
+  ops.impl("quantize_rows", torch::kCUDA, &quantize_rows_checked);
 #else
 #error "define one of CPU_KERNEL, CUDA_KERNEL, ROCM_KERNEL"
 #endif

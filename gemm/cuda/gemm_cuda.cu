@@ -230,3 +230,28 @@ void gemm_natural(torch::Tensor &out, torch::Tensor const &x, torch::Tensor cons
                   torch::Tensor const &x_scale, torch::Tensor const &w_scale) {
   gemm_cuda::natural_with_config(out, x, w, x_scale, w_scale, gemm_cuda::Tuning{});
 }
+
+// quantize_activations' kernel (declared in torch-ext/torch_binding.h, CUDA builds only). The binding
+// has checked shapes, dtypes, contiguity and devices. The kernel reads x 16 bytes at a time: a view that
+// starts elsewhere is copied first (a fresh allocation is aligned); here, not in Python, where
+// torch.compile cannot read a view's offset without a graph break.
+void quantize_rows(torch::Tensor &q, torch::Tensor &scale, torch::Tensor const &x_in, bool power_of_two) {
+  TORCH_CHECK((reinterpret_cast<uintptr_t>(q.data_ptr()) & 7) == 0, "q must start on an 8-byte boundary");
+  c10::cuda::CUDAGuard guard(x_in.device());
+  at::Tensor const x = gemm_cuda::aligned16(x_in.data_ptr()) ? x_in : x_in.clone();
+  gemm_cuda::QuantizeRowsArgs a{};
+  a.x = x.data_ptr();
+  switch (x.scalar_type()) {
+    case at::kBFloat16: a.input = gemm_cuda::QuantizeInput::kBFloat16; break;
+    case at::kHalf: a.input = gemm_cuda::QuantizeInput::kFloat16; break;
+    case at::kFloat: a.input = gemm_cuda::QuantizeInput::kFloat32; break;
+    default: TORCH_CHECK(false, "x must be bfloat16, float16 or float32, got ", x.scalar_type());
+  }
+  a.q = static_cast<uint8_t *>(q.data_ptr());
+  a.scale = scale.data_ptr<float>();
+  a.rows = x.size(0);
+  a.blocks_per_row = x.size(1) / gemm_cuda::kBlock;
+  a.inv_max = 1.0f / 448.0f;  // e4m3fn's largest finite value, as torch's GPU division by it uses it
+  a.power_of_two = power_of_two;
+  C10_CUDA_CHECK(gemm_cuda::launch_quantize_rows(a, c10::cuda::getCurrentCUDAStream(x.get_device()).stream()));
+}

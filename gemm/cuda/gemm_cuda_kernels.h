@@ -146,4 +146,20 @@ int run_seed_fused(SeedGemmArgs const &g, cudaStream_t stream);
 cudaError_t launch_kslice_reduce(float const *parts, int slices, int64_t count, void *out_bf16,
                                  cudaStream_t stream);
 
+// quantize_activations in one launch (gemm_cuda_quant.cu): x (rows, blocks_per_row * 128) row-major in
+// `input`'s type, 16-byte aligned -> q (same shape) float8_e4m3fn, 8-byte aligned, and scale (rows,
+// blocks_per_row) f32, one per 128-element block, such that x ~ q * scale. inv_max: 1 / 448 as a float.
+enum class QuantizeInput : int { kBFloat16 = 0, kFloat16 = 1, kFloat32 = 2 };
+struct QuantizeRowsArgs {
+  void const *x;
+  QuantizeInput input;
+  uint8_t *q;
+  float *scale;
+  int64_t rows;
+  int64_t blocks_per_row;
+  float inv_max;
+  bool power_of_two;
+};
+cudaError_t launch_quantize_rows(QuantizeRowsArgs const &a, cudaStream_t stream);
+
 }  // namespace gemm_cuda

@@ -9,6 +9,7 @@
 // unit device-only with Debian's clang-19, where no torch headers exist: the torch part is left
 // out and the same dispatch (run_gemm) is instantiated with a launcher that only records kernels.
 #include "gemm_kernels.h"
+#include "quantize_kernels.h"
 
 #ifndef GEMM_ROCM_KERNELS_ONLY
 
@@ -117,6 +118,32 @@ void gemm_natural(torch::Tensor& out, torch::Tensor const& x, torch::Tensor cons
       (int)x.size(1));
 }
 
+// quantize_activations' kernel: x (M, K) bf16 / fp16 / fp32 -> q (M, K) e4m3fnuz, scale (M, K/128).
+// The binding has checked shapes, dtypes, contiguity and devices. The kernel reads x 16 bytes at a time: a
+// view that starts elsewhere is copied first (a fresh allocation is aligned); here rather than in Python,
+// where torch.compile cannot read a view's offset without a graph break.
+void quantize_rows(torch::Tensor& q, torch::Tensor& scale, torch::Tensor const& x_in, bool power_of_two) {
+  TORCH_CHECK((reinterpret_cast<uintptr_t>(q.data_ptr()) & 7) == 0, "q must start on an 8-byte boundary");
+  const c10::DeviceGuard guard(x_in.device());
+  check_device_arch(x_in.get_device());
+  const torch::Tensor x = (reinterpret_cast<uintptr_t>(x_in.data_ptr()) & 15) == 0 ? x_in : x_in.clone();
+  gemm_rocm::QuantizeArgs args{};
+  args.x = x.data_ptr();
+  switch (x.scalar_type()) {
+    case at::kBFloat16: args.input = gemm_rocm::kQuantBFloat16; break;
+    case at::kHalf: args.input = gemm_rocm::kQuantFloat16; break;
+    case at::kFloat: args.input = gemm_rocm::kQuantFloat32; break;
+    default: TORCH_CHECK(false, "x must be bfloat16, float16 or float32, got ", x.scalar_type());
+  }
+  args.q = static_cast<uint8_t*>(q.data_ptr());
+  args.scale = scale.data_ptr<float>();
+  args.blocks = x.size(0) * (x.size(1) / gemm_rocm::kQuantBlock);
+  args.inv_max = 1.0f / 240.0f;  // e4m3fnuz's largest finite value, as torch's GPU division by it uses it
+  args.power_of_two = power_of_two ? 1 : 0;
+  TORCH_CHECK(gemm_rocm::launch_quantize_rows(args, StreamLaunch{c10::hip::getCurrentHIPStream().stream()}),
+              "x has too many 128-element blocks for one launch: ", args.blocks);
+}
+
 #else  // GEMM_ROCM_KERNELS_ONLY
 
 // Instantiate exactly what the torch entry points launch: run_gemm over every configuration,
@@ -139,6 +166,7 @@ void gemm_rocm_instantiate_all() {
         gemm_rocm::Plan plan = gemm_rocm::make_plan(256, 256, 1024, layout, vec != 0, c, 2);
         gemm_rocm::run_gemm(pr, plan, nullptr, NullLaunch{});
       }
+  gemm_rocm::launch_quantize_rows(gemm_rocm::QuantizeArgs{}, NullLaunch{});
 }
 
 #endif  // GEMM_ROCM_KERNELS_ONLY

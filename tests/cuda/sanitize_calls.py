@@ -5,7 +5,8 @@ Not collected by pytest. On the GPU machine, after tests/cuda/device_check.py ha
 
     compute-sanitizer --tool memcheck python3 tests/cuda/sanitize_calls.py [--prebuilt DIR] [--cfg N [--splits S]]
 
-Each call's output is checked against the fp32 reference, so a silent wrong answer fails too.
+Each call's output is checked against the fp32 reference, so a silent wrong answer fails too. With
+--kernel-dir, quantize_activations runs on each shape's (M, K) activations as well, against the torch code.
 Exit status 0 only when every call matched.
 """
 
@@ -65,6 +66,25 @@ def poison_scratch(*sizes: int) -> None:
     del blocks
 
 
+def quantize_matches(k, m: int, k_: int, gen: torch.Generator) -> bool:
+    """k.quantize_activations on bf16 and fp32 (m, k_) activations (its kernel, on the CUDA build) gives
+    the bits of the torch code it replaces."""
+    ok = True
+    for dtype in (torch.bfloat16, torch.float32):
+        x = torch.randn(m, k_, generator=gen, device="cuda").to(dtype)
+        q, scale = k.quantize_activations(x)
+        uses_kernel = k.quantize._uses_kernel
+        k.quantize._uses_kernel = lambda t: False
+        try:
+            q_ref, scale_ref = k.quantize_activations(x)
+        finally:
+            k.quantize._uses_kernel = uses_kernel
+        same = torch.equal(scale, scale_ref) and torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8))
+        print(f"quantize {m}x{k_} {dtype}: same bits as the torch code={same}", flush=True)
+        ok &= same
+    return ok
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--prebuilt", default=None)
@@ -114,6 +134,8 @@ def main() -> int:
             r = dc.check_close(out, ref, terms)
             print(f"{name} {m}x{n}x{k_}: ok={r['ok']} rel={r['rel_fro']:.2e}", flush=True)
             failures += not r["ok"]
+        if args.kernel_dir:  # quantize_activations' kernel on (m, k) activations, against the torch code's bits
+            failures += not quantize_matches(k, m, k_, gen)
     print(f"sanitize_calls: {failures} failures", flush=True)
     return 1 if failures else 0
 

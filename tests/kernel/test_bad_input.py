@@ -124,3 +124,13 @@ def test_direct_op_call_is_checked_in_cpp(kernel, seed_args):
     x = args["a"].T.contiguous()
     with pytest.raises(RuntimeError, match="w_scale must have shape"):
         kernel.ops.gemm_natural(x, x, args["a_scale"].T.contiguous(), args["a_scale"], args["c"])
+    if kernel.BACKEND != "cpu":  # quantize_activations' kernel: the GPU builds implement it
+        values = torch.randn(4, 256, device=x.device)
+        q = torch.empty(4, 256, dtype=kernel.SUPPORTED_DTYPES[0], device=x.device)
+        scale = torch.empty(4, 2, device=x.device)
+        with pytest.raises(RuntimeError, match="scale must have shape"):
+            kernel.ops.quantize_rows(values, False, q, scale[:, :1].contiguous())
+        with pytest.raises(RuntimeError, match="x must be row-major contiguous"):
+            kernel.ops.quantize_rows(values.T.contiguous().T, False, q, scale)
+        with pytest.raises(RuntimeError, match="q must be"):
+            kernel.ops.quantize_rows(values, False, q.view(torch.uint8), scale)

@@ -123,6 +123,72 @@ def test_quantizers_match_the_plain_formula(kernel, device, fp8, input_dtype, po
     assert torch.equal(q.view(torch.uint8), plain.view(torch.uint8))
 
 
+def _kernel_and_torch_code(kernel, monkeypatch, x, **kw):
+    """quantize_activations through the CUDA build's kernel, then through the torch code it replaces."""
+    if not kernel.quantize._uses_kernel(x):
+        pytest.skip(f"quantize_activations is the torch code itself on the {kernel.BACKEND} backend ({x.device})")
+    by_kernel = kernel.quantize_activations(x, **kw)
+    with monkeypatch.context() as m:
+        m.setattr(kernel.quantize, "_uses_kernel", lambda t: False)
+        by_torch = kernel.quantize_activations(x, **kw)
+    return by_kernel, by_torch
+
+
+@pytest.mark.parametrize("power_of_two", [False, True])
+@pytest.mark.parametrize("input_dtype", ["bfloat16", "float16", "float32"])
+def test_quantize_kernel_gives_the_torch_codes_bits(kernel, device, input_dtype, power_of_two, monkeypatch):
+    """The one-launch kernel against the torch code, bit for bit: blocks from 1e-7 to 1e1 in magnitude, an
+    all-zero block, one with a single value, values at the smallest normal scale, DeepSeek-V3's K."""
+    dtype = getattr(torch, input_dtype)
+    M, K = 67, 7168
+    x = _values(M, K, device, seed=41 + power_of_two, dtype=torch.float32) / 1e3  # within fp16's range
+    x[0, :BLOCK] = 0
+    x[1, BLOCK : 2 * BLOCK] = 0
+    x[1, BLOCK + 5] = -2.5
+    x[2, :BLOCK] = torch.linspace(-(2.0**-120), 2.0**-120, BLOCK)  # bf16 and fp32 keep them; fp16 gives 0
+    x = x.to(dtype)
+    (q, scale), (q_ref, scale_ref) = _kernel_and_torch_code(kernel, monkeypatch, x, power_of_two=power_of_two)
+    assert q.dtype == q_ref.dtype and q.shape == (M, K) and scale.shape == (M, K // BLOCK)
+    assert torch.equal(scale, scale_ref), (scale != scale_ref).nonzero()[:5]
+    bits, bits_ref = q.view(torch.uint8), q_ref.view(torch.uint8)
+    assert torch.equal(bits, bits_ref), (bits != bits_ref).nonzero()[:5]
+
+
+def test_quantize_kernel_takes_any_view(kernel, device, monkeypatch):
+    """A transposed view and a view starting 2 bytes into its storage (the kernel reads 16-byte pieces: the
+    op copies such a view first) give the torch code's bits, called through the op directly too."""
+    base = _values(384, 256, device, seed=43)
+    transposed = base.T  # (256, 384), strides (1, 256)
+    backing = torch.empty(base.numel() + 1, dtype=base.dtype, device=device)
+    offset = backing[1:].view(base.shape)
+    offset.copy_(base)
+    for x in (transposed, offset):
+        (q, scale), (q_ref, scale_ref) = _kernel_and_torch_code(kernel, monkeypatch, x)
+        assert torch.equal(scale, scale_ref) and torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8))
+    q_op, scale_op = torch.empty_like(q), torch.empty_like(scale)
+    kernel.ops.quantize_rows(offset, False, q_op, scale_op)
+    assert torch.equal(scale_op, scale_ref) and torch.equal(q_op.view(torch.uint8), q_ref.view(torch.uint8))
+
+
+def test_quantize_kernel_spoils_only_the_blocks_with_nan_or_inf(kernel, device, monkeypatch):
+    """A NaN makes its block's scale and values NaN; an inf makes the scale inf, the finite values 0 and the
+    inf NaN; the other blocks are untouched. As the torch code (NaN signs aside)."""
+    x = _values(3, 384, device, seed=47)
+    x[0, 7] = float("nan")
+    x[1, 130] = float("inf")
+    (q, scale), (q_ref, scale_ref) = _kernel_and_torch_code(kernel, monkeypatch, x)
+    assert torch.isnan(scale[0, 0]) and torch.isinf(scale[1, 1]) and torch.isfinite(scale[2]).all()
+    torch.testing.assert_close(scale, scale_ref, rtol=0, atol=0, equal_nan=True)
+    values = q.float()
+    assert torch.isnan(values[0, :BLOCK]).all() and torch.isnan(values[1, 130])
+    assert (values[1, BLOCK : 2 * BLOCK].nan_to_num(0) == 0).all()
+    nan = torch.isnan(values)
+    assert torch.equal(nan, torch.isnan(q_ref.float()))
+    assert torch.equal(q.view(torch.uint8)[~nan], q_ref.view(torch.uint8)[~nan])
+    clean = (slice(2, 3), slice(None))
+    assert torch.equal(q[clean].view(torch.uint8), kernel.quantize_activations(x[2:].clone())[0].view(torch.uint8))
+
+
 def test_linear_is_quantize_then_gemm_natural(kernel, device):
     """`linear` on (2, 5, K) activations with a bias: exactly the op on the quantized pieces, and near the
     fp32 product of the unquantized operands."""

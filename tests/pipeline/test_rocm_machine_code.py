@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from scripts import check
+from scripts import gfx942_gate as gate
 from scripts.common import CheckError
 from tests.conftest import REPO_ROOT
 
@@ -27,7 +28,7 @@ def _hip_shared_library(source: Path, out: Path, *defines: str) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     so = out / "_gemm_rocm_0000000.abi3.so"
     cmd = [clang, "-x", "hip", "--offload-arch=gfx942", "-O3", "-std=c++17", "-fPIC", "-shared", *defines]
-    cmd += [f"--hip-device-lib-path={BITCODE}", "--hip-device-lib=hip.bc", "--hip-device-lib=ockl.bc"]
+    cmd += [f"--hip-device-lib-path={BITCODE}", *(f"--hip-device-lib={lib}" for lib in gate.DEVICE_LIBS)]
     subprocess.run([*cmd, str(source), "-o", str(so)], check=True)
     return so
 

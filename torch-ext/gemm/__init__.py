@@ -259,5 +259,10 @@ def _gemm_natural_fake(x, w, x_scale, w_scale, out) -> None:
     return None
 
 
+@torch.library.register_fake(add_op_namespace_prefix("quantize_rows"))
+def _quantize_rows_fake(x, power_of_two, q, scale) -> None:
+    return None
+
+
 # Last: the layers call `linear`, defined above.
 from . import layers  # noqa: E402

@@ -1,4 +1,4 @@
-"""Block quantization to FP8 in the op's scale layouts, in plain torch: what model code does around the GEMM.
+"""Block quantization to FP8 in the op's scale layouts: what model code does around the GEMM.
 
 - `quantize_activations(x)`: x (M, K) -> x_fp8 (M, K), x_scale (M, K/128). One scale per row and 128
   elements of K: how DeepSeek-V3 quantizes its activations at run time.
@@ -7,7 +7,9 @@
 - `to_e4m3fnuz(w, w_scale)`: an e4m3fn weight (such a checkpoint's) and its scales as e4m3fnuz, the format
   MI300X computes in, exactly.
 
-Both return exactly what `gemm_natural` takes. A scale multiplies its block back (x ~ x_fp8 * x_scale), the
+Both return exactly what `gemm_natural` takes. On the GPU builds, `quantize_activations` on a GPU tensor is
+one kernel launch (`gemm/cuda/gemm_cuda_quant.cu`, `gemm/rocm/quantize_kernels.h`) that gives the same bits
+as the torch code below, which runs on CPU tensors. A scale multiplies its block back (x ~ x_fp8 * x_scale), the
 op's convention. It is the block's largest |value| over the format's largest finite value, so that value
 lands on the format's maximum; `power_of_two=True` rounds the scale up to a power of two (the UE8M0 scales
 of DeepSeek-V3.1), which puts the block's largest value in [max / 2, max]. No scale is below 2^-126, the
@@ -26,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from ._formats import BLOCK, SUPPORTED_DTYPES
-from ._ops import BACKEND
+from ._ops import BACKEND, ops
 
 INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -48,7 +50,10 @@ def quantize_activations(
     fp8 = _check_format(dtype, power_of_two)
     M, K = x.shape
     # Row-major in x's own dtype: a view of a row-major x, else one copy (the op wants rows).
-    blocks = x.contiguous().view(M, K // BLOCK, BLOCK)
+    rows = x.contiguous()
+    if _uses_kernel(rows):
+        return _quantize_rows_kernel(rows, fp8, power_of_two)
+    blocks = rows.view(M, K // BLOCK, BLOCK)
     with torch.no_grad():
         scale = _scales(_block_amax(blocks, dim=2), fp8, power_of_two)
         x_fp8 = _divide_into(fp8, blocks, scale.unsqueeze(2)).view(M, K)
@@ -106,6 +111,24 @@ def to_e4m3fnuz(w: torch.Tensor, w_scale: torch.Tensor) -> tuple[torch.Tensor, t
     bits = torch.where(bits == 0x80, torch.zeros_like(bits), bits)  # -0: NaN in e4m3fnuz
     bits = torch.where((bits & 0x7F) == 0x7F, torch.full_like(bits, 0x80), bits)  # NaN stays NaN
     return bits.view(torch.float8_e4m3fnuz), w_scale * 2
+
+
+def _uses_kernel(x: torch.Tensor) -> bool:
+    """Whether `quantize_activations` runs the GPU build's kernel on x (the tests compare it with the
+    torch code by turning this off). ROCm tensors are "cuda" tensors in torch."""
+    return BACKEND in ("cuda", "rocm") and x.device.type == "cuda"
+
+
+def _quantize_rows_kernel(
+    rows: torch.Tensor, fp8: torch.dtype, power_of_two: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel on a row-major (M, K) tensor: FP8 values and the (M, K / 128) scales, one launch."""
+    M, K = rows.shape
+    q = torch.empty((M, K), dtype=fp8, device=rows.device)
+    scale = torch.empty((M, K // BLOCK), dtype=torch.float32, device=rows.device)
+    with torch.no_grad():
+        ops.quantize_rows(rows, power_of_two, q, scale)
+    return q, scale
 
 
 def _one_pass_forms(t: torch.Tensor) -> bool:

@@ -1,0 +1,104 @@
+// Runs the gfx942 quantize_activations kernel (gemm/rocm/quantize_kernels.h, unmodified) on the CPU
+// through the HIP emulator. Driven by tests/rocm/test_emulator_quantize.py.
+//
+//   emu_quantize bf16|fp16|fp32 ROWS BLOCKS_PER_ROW POWER_OF_TWO DIR
+//     DIR/x.bin: ROWS x BLOCKS_PER_ROW*128 values of the input type, row-major.
+//     Writes DIR/q.bin (e4m3fnuz bytes) and DIR/scale.bin (f32, ROWS x BLOCKS_PER_ROW). The outputs start
+//     poisoned (0x5A bytes, NaN scales), so an element the kernel never writes shows. Every buffer holds
+//     exactly its bytes, so ASan reports any access past them.
+#define GEMM_HIP_EMULATOR 1
+#include "../../quantize_kernels.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace {
+
+std::vector<unsigned char> read_file(const std::string &path, size_t expect) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) {
+    std::fprintf(stderr, "cannot read %s\n", path.c_str());
+    std::exit(2);
+  }
+  std::vector<unsigned char> v((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (v.size() != expect) {
+    std::fprintf(stderr, "%s: %zu bytes, expected %zu\n", path.c_str(), v.size(), expect);
+    std::exit(2);
+  }
+  return v;
+}
+
+void write_file(const std::string &path, const void *data, size_t bytes) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(static_cast<const char *>(data), std::streamsize(bytes));
+  if (!f) {
+    std::fprintf(stderr, "cannot write %s\n", path.c_str());
+    std::exit(2);
+  }
+}
+
+// 16-byte aligned heap memory of exactly `bytes` bytes (aligned_alloc wants a multiple of the
+// alignment: every size here is one).
+unsigned char *alloc(size_t bytes) { return static_cast<unsigned char *>(std::aligned_alloc(16, bytes)); }
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  if (argc != 6) {
+    std::fprintf(stderr, "usage: emu_quantize bf16|fp16|fp32 ROWS BLOCKS_PER_ROW POWER_OF_TWO DIR\n");
+    return 2;
+  }
+  const std::string type = argv[1], dir = argv[5];
+  const long rows = std::atol(argv[2]), blocks_per_row = std::atol(argv[3]);
+  const int power_of_two = std::atoi(argv[4]);
+  int input;
+  size_t elem;
+  if (type == "bf16") {
+    input = gemm_rocm::kQuantBFloat16, elem = 2;
+  } else if (type == "fp16") {
+    input = gemm_rocm::kQuantFloat16, elem = 2;
+  } else if (type == "fp32") {
+    input = gemm_rocm::kQuantFloat32, elem = 4;
+  } else {
+    std::fprintf(stderr, "bad input type %s\n", type.c_str());
+    return 2;
+  }
+  if (rows < 1 || blocks_per_row < 1) {
+    std::fprintf(stderr, "bad shape\n");
+    return 2;
+  }
+  const size_t blocks = size_t(rows) * size_t(blocks_per_row), values = blocks * 128;
+  unsigned char *x = alloc(values * elem), *q = alloc(values);
+  float *scale = reinterpret_cast<float *>(alloc(((blocks * 4 + 15) / 16) * 16));
+  const std::vector<unsigned char> input_bytes = read_file(dir + "/x.bin", values * elem);
+  std::memcpy(x, input_bytes.data(), values * elem);
+  std::memset(q, 0x5A, values);
+  for (size_t i = 0; i < blocks; ++i) scale[i] = std::numeric_limits<float>::quiet_NaN();
+
+  gemm_rocm::QuantizeArgs args{};
+  args.x = x;
+  args.input = input;
+  args.q = q;
+  args.scale = scale;
+  args.blocks = int64_t(blocks);
+  args.inv_max = 1.0f / 240.0f;
+  args.power_of_two = power_of_two;
+  int launches = 0;
+  const bool ok = gemm_rocm::launch_quantize_rows(args, [&](auto kernel, dim3 grid, dim3 block, const auto &a) {
+    ++launches;
+    emu::launch(kernel, grid, block, a);
+  });
+  if (!ok) return 3;
+  write_file(dir + "/q.bin", q, values);
+  write_file(dir + "/scale.bin", scale, blocks * 4);
+  std::printf("{\"launches\": %d}\n", launches);
+  std::free(x);
+  std::free(q);
+  std::free(scale);
+  return 0;
+}

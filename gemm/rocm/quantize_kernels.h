@@ -1,0 +1,125 @@
+// quantize_activations in one launch on gfx942: each 128-element block of a row-major (M, K) bf16 / fp16 /
+// fp32 tensor to float8_e4m3fnuz, with its scale. Torch-free, so that the HIP emulator (gemm/rocm/emu) runs
+// this very source on the CPU (tests/rocm/test_emulator_quantize.py) and the gfx942 gate inspects it.
+//
+// It computes what the torch code in torch-ext/gemm/quantize.py computes on a ROCm device (the same
+// arithmetic as the CUDA build's gemm/cuda/gemm_cuda_quant.cu, which an H200 checked bit for bit):
+// - amax = the block's largest |value| (exact), NaN if any value is NaN (torch's amax propagates NaN);
+// - scale = amax * fl(1 / 240): torch divides a tensor by a Python scalar on the GPU as a product with the
+//   scalar's reciprocal; then at least the smallest normal float (torch.clamp keeps a NaN); with
+//   power_of_two, exp2f(ceilf(log2f(scale))), the functions torch's kernels call;
+// - each value: v / scale in fp32 (IEEE division), rounded to nearest even into e4m3fnuz by
+//   V_CVT_PK_FP8_F32. |v| / scale is at most 240 (1 + a few ulps), which rounds to 240, so the
+//   instruction's handling of values past the range never matters.
+#pragma once
+
+#include "hip_compat.h"
+
+namespace gemm_rocm {
+
+typedef uint32_t quant_u32x4 __attribute__((ext_vector_type(4)));  // one 16-byte load
+
+enum QuantizeInput : int { kQuantBFloat16 = 0, kQuantFloat16 = 1, kQuantFloat32 = 2 };
+
+struct QuantizeArgs {
+  const void* x;       // (rows, blocks_per_row * 128), row-major, 16-byte aligned
+  int input;           // QuantizeInput
+  uint8_t* q;          // same shape, e4m3fnuz bytes, 8-byte aligned
+  float* scale;        // (rows, blocks_per_row)
+  int64_t blocks;      // rows * blocks_per_row
+  float inv_max;       // 1 / 240 as a float
+  int power_of_two;
+};
+
+constexpr int kQuantBlock = 128;                          // one scale's extent along K
+constexpr int kQuantPerLane = 8;                          // values a lane loads, converts and stores
+constexpr int kQuantLanes = kQuantBlock / kQuantPerLane;  // 16 lanes a block, 4 blocks a wave64
+constexpr int kQuantThreads = 256;
+constexpr int kQuantBlocksPerGroup = kQuantThreads / kQuantLanes;
+
+// fp16 bits -> fp32, exact (written out: HIP 5.2's headers and the emulator's host share no half type).
+__device__ __forceinline__ float quant_half_to_float(uint32_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  if (exp == 0) {  // zero or subnormal: mant x 2^-24, exact in fp32
+    const float magnitude = static_cast<float>(mant) * 5.9604644775390625e-8f;
+    return __builtin_bit_cast(float, __builtin_bit_cast(uint32_t, magnitude) | sign);
+  }
+  const uint32_t bits = exp == 0x1fu ? (sign | 0x7f800000u | (mant << 13)) : (sign | ((exp + 112u) << 23) | (mant << 13));
+  return __builtin_bit_cast(float, bits);
+}
+
+// 8 consecutive values of x from `offset` (elements), as fp32: one 16-byte load, two for fp32.
+__device__ __forceinline__ void quant_load8(const void* x, int input, int64_t offset, float (&v)[kQuantPerLane]) {
+  if (input == kQuantFloat32) {
+    const uint32_t* p = static_cast<const uint32_t*>(x) + offset;
+    const quant_u32x4 lo = *reinterpret_cast<const quant_u32x4*>(p);
+    const quant_u32x4 hi = *reinterpret_cast<const quant_u32x4*>(p + 4);
+    for (int i = 0; i < 4; ++i) {
+      v[i] = __builtin_bit_cast(float, static_cast<uint32_t>(lo[i]));
+      v[4 + i] = __builtin_bit_cast(float, static_cast<uint32_t>(hi[i]));
+    }
+    return;
+  }
+  const quant_u32x4 raw = *reinterpret_cast<const quant_u32x4*>(static_cast<const uint16_t*>(x) + offset);
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t word = raw[i];  // values 2i (low half) and 2i + 1
+    if (input == kQuantBFloat16) {
+      v[2 * i] = __builtin_bit_cast(float, word << 16);
+      v[2 * i + 1] = __builtin_bit_cast(float, word & 0xffff0000u);
+    } else {
+      v[2 * i] = quant_half_to_float(word & 0xffffu);
+      v[2 * i + 1] = quant_half_to_float(word >> 16);
+    }
+  }
+}
+
+__global__ __launch_bounds__(kQuantThreads) void quantize_rows_kernel(QuantizeArgs args) {
+  const int64_t block = static_cast<int64_t>(blockIdx.x) * kQuantBlocksPerGroup + threadIdx.x / kQuantLanes;
+  const int lane = threadIdx.x % kQuantLanes;
+  const bool active = block < args.blocks;  // the same for a block's 16 lanes
+  const int64_t offset = block * kQuantBlock + lane * kQuantPerLane;
+  float v[kQuantPerLane];
+  // |v| as bits: for non-negative floats the integer order is the numeric one and a NaN sorts above
+  // inf, so the maximum is NaN when any value is (fmaxf would drop it).
+  uint32_t amax_bits = 0;
+  if (active) {
+    quant_load8(args.x, args.input, offset, v);
+    for (int i = 0; i < kQuantPerLane; ++i) {
+      const uint32_t magnitude = __builtin_bit_cast(uint32_t, v[i]) & 0x7fffffffu;
+      amax_bits = magnitude > amax_bits ? magnitude : amax_bits;
+    }
+  }
+  // Within each group of 16 lanes (one block): every lane ends with the block's maximum. All lanes of
+  // the wave take part, before any of them leaves.
+  for (int mask = kQuantLanes / 2; mask > 0; mask /= 2) {
+    const uint32_t other = static_cast<uint32_t>(__shfl_xor(static_cast<int>(amax_bits), mask));
+    amax_bits = other > amax_bits ? other : amax_bits;
+  }
+  if (!active) return;
+  float s = __builtin_bit_cast(float, amax_bits) * args.inv_max;
+  s = s < 1.17549435e-38f ? 1.17549435e-38f : s;  // clamp(min=smallest normal float); a NaN stays NaN
+  if (args.power_of_two) s = exp2f(ceilf(log2f(s)));
+  int word[2];
+  for (int i = 0; i < 2; ++i) {
+    int w = __builtin_amdgcn_cvt_pk_fp8_f32(v[4 * i] / s, v[4 * i + 1] / s, 0, false);
+    word[i] = __builtin_amdgcn_cvt_pk_fp8_f32(v[4 * i + 2] / s, v[4 * i + 3] / s, w, true);
+  }
+  uint32_t* out = reinterpret_cast<uint32_t*>(args.q + offset);
+  out[0] = static_cast<uint32_t>(word[0]);
+  out[1] = static_cast<uint32_t>(word[1]);
+  if (lane == 0) args.scale[block] = s;
+}
+
+// Launches the kernel through `launch(kernel, grid, block, args)` (hipLaunchKernelGGL on the GPU,
+// emu::launch in the emulator); nothing when there are no blocks. Returns false when the grid would be
+// too large (more than 2^31 - 1 workgroups: 2^35 blocks).
+template <class Launch>
+bool launch_quantize_rows(const QuantizeArgs& args, Launch&& launch) {
+  if (args.blocks <= 0) return true;
+  const int64_t groups = (args.blocks + kQuantBlocksPerGroup - 1) / kQuantBlocksPerGroup;
+  if (groups > 0x7fffffff) return false;
+  launch(quantize_rows_kernel, dim3(static_cast<uint32_t>(groups)), dim3(kQuantThreads), args);
+  return true;
+}
+
+}  // namespace gemm_rocm
