@@ -240,7 +240,7 @@ out = gemm.gemm_natural(x, w, x_scale, w_scale)
 c = gemm.gemm(a, b, a_scale, b_scale)
 
 # From bf16: quantize a weight in 128x128 blocks once, then an FP8 nn.Linear (activations quantized per
-# row and 128 elements of K, one kernel launch on CUDA): (..., K) -> (..., N) bf16
+# row and 128 elements of K, one kernel launch on a GPU): (..., K) -> (..., N) bf16
 w_fp8, w_scale = gemm.quantize_weight(weight)
 y = gemm.linear(hidden, w_fp8, w_scale, bias)
 ```

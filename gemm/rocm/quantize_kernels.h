@@ -37,15 +37,10 @@ constexpr int kQuantLanes = kQuantBlock / kQuantPerLane;  // 16 lanes a block, 4
 constexpr int kQuantThreads = 256;
 constexpr int kQuantBlocksPerGroup = kQuantThreads / kQuantLanes;
 
-// fp16 bits -> fp32, exact (written out: HIP 5.2's headers and the emulator's host share no half type).
+// fp16 bits -> fp32, exact: clang's _Float16 (v_cvt_f32_f16 on gfx942; the host's conversion in the
+// emulator), not HIP's half type, which HIP 5.2's headers and the emulator do not share.
 __device__ __forceinline__ float quant_half_to_float(uint32_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-  if (exp == 0) {  // zero or subnormal: mant x 2^-24, exact in fp32
-    const float magnitude = static_cast<float>(mant) * 5.9604644775390625e-8f;
-    return __builtin_bit_cast(float, __builtin_bit_cast(uint32_t, magnitude) | sign);
-  }
-  const uint32_t bits = exp == 0x1fu ? (sign | 0x7f800000u | (mant << 13)) : (sign | ((exp + 112u) << 23) | (mant << 13));
-  return __builtin_bit_cast(float, bits);
+  return static_cast<float>(__builtin_bit_cast(_Float16, static_cast<uint16_t>(h)));
 }
 
 // 8 consecutive values of x from `offset` (elements), as fp32: one 16-byte load, two for fp32.
@@ -73,6 +68,8 @@ __device__ __forceinline__ void quant_load8(const void* x, int input, int64_t of
   }
 }
 
+// Defined here, not in a .hip file, for the emulator's driver: include this header from one translation
+// unit of a build only (gemm_rocm.hip), or the kernel's symbol is defined twice.
 __global__ __launch_bounds__(kQuantThreads) void quantize_rows_kernel(QuantizeArgs args) {
   const int64_t block = static_cast<int64_t>(blockIdx.x) * kQuantBlocksPerGroup + threadIdx.x / kQuantLanes;
   const int lane = threadIdx.x % kQuantLanes;

@@ -37,3 +37,8 @@ def test_opcheck(kernel, device):
     torch.library.opcheck(kernel.ops.gemm.default, (p.a, p.b, p.a_scale, p.b_scale, c), test_utils=UTILS)
     x, w, xs, ws = p.natural()
     torch.library.opcheck(kernel.ops.gemm_natural.default, (x, w, xs, ws, c), test_utils=UTILS)
+    if device != "cpu":  # quantize_activations' kernel: the GPU builds implement it
+        values = torch.randn(64, 256, device=device)
+        q = torch.empty(64, 256, dtype=kernel.SUPPORTED_DTYPES[0], device=device)
+        scale = torch.empty(64, 2, device=device)
+        torch.library.opcheck(kernel.ops.quantize_rows.default, (values, True, q, scale), test_utils=UTILS)

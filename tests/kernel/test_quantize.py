@@ -134,6 +134,29 @@ def _kernel_and_torch_code(kernel, monkeypatch, x, **kw):
     return by_kernel, by_torch
 
 
+def test_quantize_kernel_runs_where_the_build_has_code_for_the_gpu(kernel, device):
+    """On the GPU the build targets (Hopper: capability 9.0; MI300X: gfx942) `linear` quantizes with the
+    kernel, one launch (else the bit-for-bit tests below would skip there unnoticed); on other GPUs with
+    the torch code."""
+    if device == "cpu":
+        pytest.skip("the cpu backend quantizes with the torch code: there is no kernel to look for")
+    from torch.profiler import ProfilerActivity, profile
+
+    index = torch.cuda.current_device()
+    if kernel.BACKEND == "cuda":
+        targeted = torch.cuda.get_device_capability(index) == (9, 0)
+    else:
+        targeted = torch.cuda.get_device_properties(index).gcnArchName.startswith("gfx942")
+    assert kernel.quantize._kernel_runs_on(index) == targeted
+    x = _values(8, 512, device, seed=53)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        kernel.quantize_activations(x)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type.name == "CUDA"]
+    ours = [n for n in names if "quantize_rows_kernel" in n]
+    assert (len(ours), len(names)) == ((1, 1) if targeted else (0, len(names))), names
+
+
 @pytest.mark.parametrize("power_of_two", [False, True])
 @pytest.mark.parametrize("input_dtype", ["bfloat16", "float16", "float32"])
 def test_quantize_kernel_gives_the_torch_codes_bits(kernel, device, input_dtype, power_of_two, monkeypatch):

@@ -7,15 +7,18 @@
 - `to_e4m3fnuz(w, w_scale)`: an e4m3fn weight (such a checkpoint's) and its scales as e4m3fnuz, the format
   MI300X computes in, exactly.
 
-Both return exactly what `gemm_natural` takes. On the GPU builds, `quantize_activations` on a GPU tensor is
-one kernel launch (`gemm/cuda/gemm_cuda_quant.cu`, `gemm/rocm/quantize_kernels.h`) that gives the same bits
-as the torch code below, which runs on CPU tensors. A scale multiplies its block back (x ~ x_fp8 * x_scale), the
-op's convention. It is the block's largest |value| over the format's largest finite value, so that value
-lands on the format's maximum; `power_of_two=True` rounds the scale up to a power of two (the UE8M0 scales
-of DeepSeek-V3.1), which puts the block's largest value in [max / 2, max]. No scale is below 2^-126, the
-smallest normal float32 (a subnormal one could send values past the format's range): an all-zero block gets
-that scale, and so does a block whose largest |value| is below max x 2^-126 (about 5e-36), which then
-keeps fewer bits, down to zeros below about 1e-41. Activations and weights never come near that.
+Both return exactly what `gemm_natural` takes. On the GPU builds, `quantize_activations` on a GPU the build
+has machine code for (Hopper; MI300X) is one kernel launch (`gemm/cuda/gemm_cuda_quant.cu`,
+`gemm/rocm/quantize_kernels.h`) that gives the bits the torch code below gives on that GPU; the torch code
+runs everywhere else. (On a GPU torch divides by the format's maximum as a product with its reciprocal, on a
+CPU as a true division, so the two devices' scales may differ in the last bit.) A scale multiplies its block
+back (x ~ x_fp8 * x_scale), the op's convention. It is the block's largest |value| over the format's largest
+finite value, so that value lands on the format's maximum; `power_of_two=True` rounds the scale up to a
+power of two (the UE8M0 scales of DeepSeek-V3.1), which puts the block's largest value in [max / 2, max]. No
+scale is below 2^-126, the smallest normal float32 (a subnormal one could send values past the format's
+range): an all-zero block gets that scale, and so does a block whose largest |value| is below max x 2^-126
+(about 5e-36), which then keeps fewer bits, down to zeros below about 1e-41. Activations and weights never
+come near that.
 Values are not inspected (that would cost a device sync): a NaN or inf in a block spoils that block only.
 Inference only: the results carry no gradient.
 """
@@ -116,7 +119,16 @@ def to_e4m3fnuz(w: torch.Tensor, w_scale: torch.Tensor) -> tuple[torch.Tensor, t
 def _uses_kernel(x: torch.Tensor) -> bool:
     """Whether `quantize_activations` runs the GPU build's kernel on x (the tests compare it with the
     torch code by turning this off). ROCm tensors are "cuda" tensors in torch."""
-    return BACKEND in ("cuda", "rocm") and x.device.type == "cuda"
+    return BACKEND in ("cuda", "rocm") and x.device.type == "cuda" and _kernel_runs_on(x.device.index)
+
+
+@torch.compiler.assume_constant_result  # a fact of the machine: torch.compile reads it once, as a constant
+def _kernel_runs_on(device_index: int) -> bool:
+    """Whether this build holds machine code for that GPU: sm_90a (Hopper) for the CUDA build, gfx942
+    (MI300X) for the ROCm one. Elsewhere the torch code quantizes, as it did before the kernel."""
+    if BACKEND == "cuda":
+        return torch.cuda.get_device_capability(device_index) == (9, 0)
+    return torch.cuda.get_device_properties(device_index).gcnArchName.startswith("gfx942")
 
 
 def _quantize_rows_kernel(
