@@ -17,6 +17,7 @@
 
 #include <cfloat>
 #include <cstdint>
+#include <type_traits>
 
 #include "gemm_cuda_kernels.h"
 
@@ -29,24 +30,19 @@ constexpr int kLanesPerBlock = kBlockElems / kPerThread;  // 16: half a warp per
 constexpr int kThreads = 256;
 constexpr int kBlocksPerCta = kThreads / kLanesPerBlock;
 
-// 8 consecutive elements as fp32 (exact for every input type): one 16-byte load, two for fp32.
-__device__ __forceinline__ void load8(__nv_bfloat16 const *p, float (&v)[kPerThread]) {
-  uint4 const raw = *reinterpret_cast<uint4 const *>(p);
-  uint32_t const words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    float2 const f = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 const *>(&words[i]));
-    v[2 * i] = f.x;
-    v[2 * i + 1] = f.y;
-  }
-}
+// A pair of 16-bit values as fp32 (exact).
+__device__ __forceinline__ float2 to_float2(__nv_bfloat162 pair) { return __bfloat1622float2(pair); }
+__device__ __forceinline__ float2 to_float2(__half2 pair) { return __half22float2(pair); }
 
-__device__ __forceinline__ void load8(__half const *p, float (&v)[kPerThread]) {
+// 8 consecutive elements as fp32 (exact for every input type): one 16-byte load, two for fp32.
+template <typename T>  // __nv_bfloat16 or __half
+__device__ __forceinline__ void load8(T const *p, float (&v)[kPerThread]) {
+  using Pair = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
   uint4 const raw = *reinterpret_cast<uint4 const *>(p);
   uint32_t const words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    float2 const f = __half22float2(*reinterpret_cast<__half2 const *>(&words[i]));
+    float2 const f = to_float2(*reinterpret_cast<Pair const *>(&words[i]));
     v[2 * i] = f.x;
     v[2 * i + 1] = f.y;
   }
@@ -106,23 +102,16 @@ cudaError_t launch_quantize_rows(QuantizeRowsArgs const &a, cudaStream_t stream)
   int64_t const ctas = (blocks + kBlocksPerCta - 1) / kBlocksPerCta;
   if (ctas > INT32_MAX) return cudaErrorInvalidValue;
   dim3 const grid(static_cast<unsigned>(ctas));
+  auto const launch = [&](auto const *x) {
+    quantize_rows_kernel<<<grid, kThreads, 0, stream>>>(x, a.q, a.scale, blocks, a.inv_max, a.power_of_two);
+    return cudaGetLastError();
+  };
   switch (a.input) {
-    case QuantizeInput::kBFloat16:
-      quantize_rows_kernel<<<grid, kThreads, 0, stream>>>(static_cast<__nv_bfloat16 const *>(a.x), a.q, a.scale,
-                                                          blocks, a.inv_max, a.power_of_two);
-      break;
-    case QuantizeInput::kFloat16:
-      quantize_rows_kernel<<<grid, kThreads, 0, stream>>>(static_cast<__half const *>(a.x), a.q, a.scale, blocks,
-                                                          a.inv_max, a.power_of_two);
-      break;
-    case QuantizeInput::kFloat32:
-      quantize_rows_kernel<<<grid, kThreads, 0, stream>>>(static_cast<float const *>(a.x), a.q, a.scale, blocks,
-                                                          a.inv_max, a.power_of_two);
-      break;
-    default:
-      return cudaErrorInvalidValue;
+    case QuantizeInput::kBFloat16: return launch(static_cast<__nv_bfloat16 const *>(a.x));
+    case QuantizeInput::kFloat16: return launch(static_cast<__half const *>(a.x));
+    case QuantizeInput::kFloat32: return launch(static_cast<float const *>(a.x));
   }
-  return cudaGetLastError();
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace gemm_cuda

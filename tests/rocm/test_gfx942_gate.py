@@ -283,7 +283,7 @@ def test_device_code_refuses_other_archs(tmp_path):
     _toolchain_or_skip()
     base = [gate.tool("clang++-19"), "-x", "hip", "--cuda-device-only", "--no-gpu-bundle-output", "-std=c++17",
             "-O0", "-DROCM_KERNEL", *gate.GATE_DEFINES, f"--hip-device-lib-path={gate.device_lib_path()}",
-            "--hip-device-lib=hip.bc", "--hip-device-lib=ockl.bc", f"-I{gate.ROCM_DIR}", "-fsyntax-only",
+            *(f"--hip-device-lib={lib}" for lib in gate.DEVICE_LIBS), f"-I{gate.ROCM_DIR}", "-fsyntax-only",
             str(gate.ROCM_DIR / "gemm_rocm.hip")]  # fmt: skip
     other = subprocess.run([*base, "--offload-arch=gfx90a"], capture_output=True, text=True)
     assert other.returncode != 0

@@ -25,6 +25,7 @@ Inference only: the results carry no gradient.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -123,6 +124,7 @@ def _uses_kernel(x: torch.Tensor) -> bool:
 
 
 @torch.compiler.assume_constant_result  # a fact of the machine: torch.compile reads it once, as a constant
+@functools.cache  # and eager calls ask the driver once a device, not once a call
 def _kernel_runs_on(device_index: int) -> bool:
     """Whether this build holds machine code for that GPU: sm_90a (Hopper) for the CUDA build, gfx942
     (MI300X) for the ROCm one. Elsewhere the torch code quantizes, as it did before the kernel."""

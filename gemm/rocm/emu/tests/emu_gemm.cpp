@@ -11,25 +11,12 @@
 //     test; overwritten with the kernel's output. Prints the plan as one JSON line.
 #define GEMM_HIP_EMULATOR 1
 #include "../../gemm_kernels.h"
+#include "driver_io.h"
 
 #include <fstream>
 #include <string>
 
 namespace {
-
-std::vector<unsigned char> read_file(const std::string &path, size_t expect) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    std::fprintf(stderr, "cannot read %s\n", path.c_str());
-    std::exit(2);
-  }
-  std::vector<unsigned char> v((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (v.size() != expect) {
-    std::fprintf(stderr, "%s: %zu bytes, expected %zu\n", path.c_str(), v.size(), expect);
-    std::exit(2);
-  }
-  return v;
-}
 
 // A heap buffer holding `bytes` at `offset` past a 256-byte aligned address, with exactly the bytes
 // the kernel may touch (ASan sees any overrun).
@@ -67,7 +54,7 @@ int main(int argc, char **argv) {
   Buffer a(size_t(M) * K, off), b(size_t(N) * K, off);
   Buffer sa(KB * M * 4, 0), sb(KB * NB * 4, 0), c(size_t(M) * N * 2, 0);
   auto load = [&](const char *name, Buffer &buf, size_t bytes) {
-    auto v = read_file(dir + "/" + name, bytes);
+    auto v = driver_io::read_file(dir + "/" + name, bytes);
     std::memcpy(buf.ptr, v.data(), bytes);
   };
   load("a.bin", a, size_t(M) * K);
@@ -108,9 +95,7 @@ int main(int argc, char **argv) {
                         emu::launch(kernel, grid, block, args);
                       });
 
-  std::ofstream f(dir + "/c.bin", std::ios::binary);
-  f.write(reinterpret_cast<const char *>(c.ptr), std::streamsize(size_t(M) * N * 2));
-  if (!f) return 2;
+  driver_io::write_file(dir + "/c.bin", c.ptr, size_t(M) * N * 2);
   std::printf("{\"config\": %d, \"name\": \"%s\", \"splits\": %d, \"kb_per_split\": %d, \"tiles_m\": %d, "
               "\"tiles_n\": %d, \"vec\": %s, \"workspace_bytes\": %zu, \"launches\": %d}\n",
               plan.config, gemm_rocm::config_info(plan.config).name, plan.splits, plan.kb_per_split, plan.tiles_m,

@@ -8,40 +8,17 @@
 //     exactly its bytes, so ASan reports any access past them.
 #define GEMM_HIP_EMULATOR 1
 #include "../../quantize_kernels.h"
+#include "driver_io.h"
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <string>
 #include <vector>
 
 namespace {
-
-std::vector<unsigned char> read_file(const std::string &path, size_t expect) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    std::fprintf(stderr, "cannot read %s\n", path.c_str());
-    std::exit(2);
-  }
-  std::vector<unsigned char> v((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (v.size() != expect) {
-    std::fprintf(stderr, "%s: %zu bytes, expected %zu\n", path.c_str(), v.size(), expect);
-    std::exit(2);
-  }
-  return v;
-}
-
-void write_file(const std::string &path, const void *data, size_t bytes) {
-  std::ofstream f(path, std::ios::binary);
-  f.write(static_cast<const char *>(data), std::streamsize(bytes));
-  if (!f) {
-    std::fprintf(stderr, "cannot write %s\n", path.c_str());
-    std::exit(2);
-  }
-}
 
 // Heap memory of exactly `bytes` bytes (malloc's blocks are 16-byte aligned on this host, as the kernel's
 // vector accesses need; checked).
@@ -83,7 +60,7 @@ int main(int argc, char **argv) {
   const size_t blocks = size_t(rows) * size_t(blocks_per_row), values = blocks * 128;
   unsigned char *x = alloc(values * elem), *q = alloc(values);
   float *scale = reinterpret_cast<float *>(alloc(blocks * 4));
-  const std::vector<unsigned char> input_bytes = read_file(dir + "/x.bin", values * elem);
+  const std::vector<unsigned char> input_bytes = driver_io::read_file(dir + "/x.bin", values * elem);
   std::memcpy(x, input_bytes.data(), values * elem);
   std::memset(q, 0x5A, values);
   for (size_t i = 0; i < blocks; ++i) scale[i] = std::numeric_limits<float>::quiet_NaN();
@@ -102,8 +79,8 @@ int main(int argc, char **argv) {
     emu::launch(kernel, grid, block, a);
   });
   if (!ok) return 3;
-  write_file(dir + "/q.bin", q, values);
-  write_file(dir + "/scale.bin", scale, blocks * 4);
+  driver_io::write_file(dir + "/q.bin", q, values);
+  driver_io::write_file(dir + "/scale.bin", scale, blocks * 4);
   std::printf("{\"launches\": %d}\n", launches);
   std::free(x);
   std::free(q);
