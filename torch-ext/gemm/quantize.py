@@ -124,10 +124,15 @@ def _uses_kernel(x: torch.Tensor) -> bool:
 
 
 @torch.compiler.assume_constant_result  # a fact of the machine: torch.compile reads it once, as a constant
-@functools.cache  # and eager calls ask the driver once a device, not once a call
 def _kernel_runs_on(device_index: int) -> bool:
     """Whether this build holds machine code for that GPU: sm_90a (Hopper) for the CUDA build, gfx942
     (MI300X) for the ROCm one. Elsewhere the torch code quantizes, as it did before the kernel."""
+    return _build_targets(device_index)
+
+
+# Cached apart: torch.compile would trace through a cache wrapper, and lose the constant marker above.
+@functools.cache  # eager calls ask the driver once a device, not once a call
+def _build_targets(device_index: int) -> bool:
     if BACKEND == "cuda":
         return torch.cuda.get_device_capability(device_index) == (9, 0)
     return torch.cuda.get_device_properties(device_index).gcnArchName.startswith("gfx942")
