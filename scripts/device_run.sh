@@ -17,6 +17,9 @@
 #                                      # (linked as they are: carry them only if built from these sources)
 #   bash scripts/device_run.sh fused   # JIT build + the fused seed kernel (Tuning.seed_fused): fp32 checks,
 #                                      # memcheck, racecheck where its stage ring wraps, sweep pick,spick,sfused
+#   bash scripts/device_run.sh seeda   # JIT build + the seed layout's a read as it is (GemmArgs::seed_a): fp32
+#                                      # checks per configuration (SEEDA_CHECKS=0: none; SEEDA_SANITIZE=1:
+#                                      # memcheck and racecheck), then the sweep pick,spick,sprep,sraw
 # Logs and results go to $OUT. See gemm/cuda/NOTES.md.
 # .whl (gitignored, carried) holds the wheels the device lacks, for its Python 3.12, filled here with
 #   pip download --no-deps --python-version 3.12 --only-binary=:all: -d .whl \
@@ -42,7 +45,9 @@ rc=0
 # 128x128 tiles with partial M and N tiles of 112. Both tools also take 256x1024x1024 and 96x7168x2048,
 # where the fused seed kernel's stage ring wraps (8 and 16 K blocks on 4 stages; pick_seed_fused takes it
 # there, through the op while kSeedFusedOnTheOpsPath; run 121's racecheck report came only once it
-# wrapped). (The split mode's default specs below take the first 5 and 7: the shapes before the 192x144
+# wrapped). And 5776x512x4096 and 3008x960x1536, where the op's 192x128 and 128x192 kernels read the seed
+# layout's a as it is (GemmArgs::seed_a; the first with two raw A boxes wholly past M in its last tile).
+# (The split mode's default specs below take the first 5 and 7: the shapes before the 192x144
 # one.) SANITIZE_SHAPES="MxNxK ...":
 # those shapes instead, e.g. racecheck on shapes 10-11 in a call of its own.
 # run_sanitizer TIMEOUT TOOL LOG ARGS...: tests/cuda/sanitize_calls.py ARGS under compute-sanitizer; an
@@ -60,7 +65,7 @@ sanitize() {
     # racecheck takes the 10th's split tail in split mode (within its own timeout); it needs more than 200 s
     # for its 9 shapes since the 192x144 one joined (run 100 stopped after 8, no hazard)
     n=12 limit=240; [ "$tool" = racecheck ] && n=9 limit=380
-    sel=(--shapes "$n" --shape 256x1024x1024 --shape 96x7168x2048)
+    sel=(--shapes "$n" --shape 256x1024x1024 --shape 96x7168x2048 --shape 5776x512x4096 --shape 3008x960x1536)
     if [ -n "${SANITIZE_SHAPES:-}" ]; then sel=(); for s in $SANITIZE_SHAPES; do sel+=(--shape "$s"); done; fi
     run_sanitizer "$limit" "$tool" "$OUT/sanitizer_$tool.log" --kernel-dir build "${sel[@]}"
   done
@@ -118,6 +123,29 @@ elif [ "$mode" = fused ]; then
   run_sanitizer 240 racecheck "$OUT/sanitizer_racecheck_fused.log" --seed-fused "${shapes[@]:0:2}" \
     --shape 256x1024x1024 --shape 96x7168x2048
   sweep "${SWEEP_TIMEOUT:-300}" 2 pick,spick,sfused
+elif [ "$mode" = seeda ]; then
+  # Each hand-written configuration that can read a as it is (seed_a_config), forced, on shapes with partial
+  # tiles, a split tail and a stage ring that wraps: every call checked against the fp32 reference (both
+  # layouts; the seed one with a read as it is wherever M % 16 == 0).
+  python3 -c "from tests.cuda.device_check import load_jit; load_jit()" 2>&1 | tail -n 5 || exit 1
+  specs=("6 1 1008x1520x384 256x1024x1024 1152x2048x256" "6 3 1024x576x7168 256x2304x4096"
+         "7 1 1008x3072x1536 1024x3072x1536 6144x1536x2560" "7 8 1000x4200x1024 1008x4208x4096"
+         "8 1 6144x512x1024 1152x2048x256 5776x512x4096")
+  [ "${SEEDA_CHECKS:-1}" = 0 ] && specs=()  # SEEDA_CHECKS=0: straight to the sanitizers and the sweep
+  for spec in "${specs[@]}"; do
+    read -r cfg splits shapes <<< "$spec"
+    sel=(); for s in $shapes; do sel+=(--shape "$s"); done
+    timeout 150 python3 tests/cuda/sanitize_calls.py --cfg "$cfg" --splits "$splits" "${sel[@]}" \
+      > "$OUT/seeda_c${cfg}p${splits}.log" 2>&1 || rc=1
+    echo "seed_a cfg $cfg splits $splits: rc=$rc"; tail -n 4 "$OUT/seeda_c${cfg}p${splits}.log"
+  done
+  if [ -n "${SEEDA_SANITIZE:-}" ]; then
+    run_sanitizer 200 memcheck "$OUT/sanitizer_memcheck_seeda.log" --cfg 8 --shape 1152x2048x256 --shape 5776x512x1024
+    run_sanitizer 200 memcheck "$OUT/sanitizer_memcheck_seeda7.log" --cfg 7 --splits 8 --shape 1000x4200x1024 --shape 1008x3072x1536
+    run_sanitizer 240 racecheck "$OUT/sanitizer_racecheck_seeda.log" --cfg 6 --shape 256x1024x1024 --shape 1008x1520x384
+  fi
+  # The sweep checks every variant's first call too: run it whatever the checks above said.
+  sweep "${SWEEP_TIMEOUT:-360}" 2 pick,spick,sprep,sraw
 elif [ "$mode" = sweep ]; then
   # Build first, with no timeout (see GEMM_CUDA_PREBUILT above).
   python3 -c "from tests.cuda.device_check import load_jit; load_jit()" 2>&1 | tail -n 5 || exit 1

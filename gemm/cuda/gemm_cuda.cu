@@ -7,11 +7,14 @@
 // kernel with blockwise scale promotion in the mainloop, picked per shape: CUTLASS's sm90 collective
 // (gemm_cuda_cfg*.cu), the hand-written persistent kernel (gemm_cuda_wgmma.cu: 128x128, 128x192, 192x128
 // and 192x144 tiles, optionally a split tail) or, for M <= 64, the decode kernel (gemm_cuda_decode.cu). The seed layout
-// (a (K,M), b (K,N): M/N-contiguous) cannot feed FP8 wgmma directly (FP8 wgmma reads only K-major
-// shared-memory operands), so one fused launch (gemm_cuda_prep.cu) transposes a, b and both scale
-// tensors into K-major scratch, then the natural path runs, its GEMM launched as the preparation's
-// programmatic dependent (GemmArgs::pdl). Where pick_seed_fused says (short K, or one wave of tiles with
-// M + N >= 6144), a fused seed kernel reads a and b as they are instead (kSeedFusedOnTheOpsPath). See NOTES.md.
+// (a (K,M), b (K,N): M/N-contiguous) cannot feed FP8 wgmma's shared-memory operands directly (FP8 wgmma
+// reads only K-major ones), but its A operand may come from registers, filled from an M-major tile. So one
+// launch (gemm_cuda_prep.cu) transposes b and b_scale into K-major scratch, and the natural path's
+// configuration runs, launched as the preparation's programmatic dependent (GemmArgs::pdl), reading a and
+// a_scale as they are where it can (GemmArgs::seed_a: the hand-written 128x128, 128x192 and 192x128
+// kernels, M % 16 == 0); elsewhere the preparation transposes a and a_scale too. Where pick_seed_fused says
+// (short K, or one wave of tiles with M + N >= 6144), a fused seed kernel reads a and b as they are instead
+// (kSeedFusedOnTheOpsPath). See NOTES.md.
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
@@ -19,6 +22,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <mutex>
 #include <vector>
@@ -72,9 +76,11 @@ void check_cutlass(int rc, int cfg, int64_t M, int64_t N, int64_t K) {
 // scratch copy, so no load reads past w) into a padded bf16 scratch, which is then copied to out.
 // after_prep: the seed preparation is the stream's last kernel, and the GEMM may launch as its
 // programmatic dependent when nothing else is queued in between.
+// seed_a: x is the seed's a (K, M) and x_scale its a_scale (K/128, M), read as they are (GemmArgs::seed_a;
+// tuning.cfg already chosen, one that seed_a_config allows).
 void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at::Tensor const &x_scale,
-                  at::Tensor const &w_scale, Tuning tuning, bool after_prep = false) {
-  int64_t const M = x.size(0), K = x.size(1), N = w.size(0);
+                  at::Tensor const &w_scale, Tuning tuning, bool after_prep = false, bool seed_a = false) {
+  int64_t const M = x.size(seed_a ? 1 : 0), K = x.size(seed_a ? 0 : 1), N = w.size(0);
   TORCH_CHECK(M <= INT32_MAX && N <= INT32_MAX - 8 && K <= INT32_MAX,
               "gemm (cuda): M, N and K must each fit in int32");
   TORCH_CHECK(aligned16(x.data_ptr()) && aligned16(w.data_ptr()),
@@ -83,6 +89,8 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
   int const cfg = tuning.cfg;
   TORCH_CHECK(cfg < kNumConfigs, "gemm (cuda): no configuration ", cfg);
   TORCH_CHECK(cfg != kDecodeConfig || M <= 64, "gemm (cuda): the decode configuration takes M <= 64, got M=", M);
+  TORCH_CHECK(!seed_a || seed_a_config(cfg), "gemm (cuda): configuration ", kConfigs[cfg].name,
+              " does not read the seed layout's a as it is");
   // fp32 partials per K slice: always for the K-sliced configuration, for the decode one from 2 slices.
   bool const sliced = cfg == kKSliceConfig || (cfg == kDecodeConfig && tuning.kslices > 1);
   int const slices = sliced ? tuning.kslices : 1;
@@ -121,6 +129,7 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
   g.swizzle = tuning.swizzle;
   g.splits = tuning.splits;
   g.overlap_store = tuning.overlap_store;
+  g.seed_a = seed_a;
 
   size_t const ws_bytes = kConfigs[cfg].workspace(g);
   at::Tensor workspace;
@@ -155,18 +164,20 @@ void natural_with_config(at::Tensor &out, at::Tensor const &x, at::Tensor const 
   natural_impl(out, x, w, x_scale, w_scale, tuning);
 }
 
+// x and x_scale undefined: b and b_scale alone (PrepArgs::b_only).
 void seed_prepare(at::Tensor &x, at::Tensor &w, at::Tensor &x_scale, at::Tensor &w_scale,
                   at::Tensor const &a, at::Tensor const &b, at::Tensor const &a_scale,
                   at::Tensor const &b_scale) {
   c10::cuda::CUDAGuard guard(a.device());
   PrepArgs p{};
+  p.b_only = !x.defined();
   p.a = static_cast<uint8_t const *>(a.data_ptr());
   p.b = static_cast<uint8_t const *>(b.data_ptr());
   p.sa = a_scale.data_ptr<float>();
   p.sb = b_scale.data_ptr<float>();
-  p.x = static_cast<uint8_t *>(x.data_ptr());
+  p.x = p.b_only ? nullptr : static_cast<uint8_t *>(x.data_ptr());
   p.w = static_cast<uint8_t *>(w.data_ptr());
-  p.sx = x_scale.data_ptr<float>();
+  p.sx = p.b_only ? nullptr : x_scale.data_ptr<float>();
   p.sw = w_scale.data_ptr<float>();
   p.M = a.size(1);
   p.N = b.size(1);
@@ -210,10 +221,31 @@ void seed_with_config(at::Tensor &c, at::Tensor const &a, at::Tensor const &b, a
       return;
     }
   }
-  at::Tensor x = at::empty({M, K}, a.options());
   at::Tensor w = at::empty({N, K}, b.options());
-  at::Tensor sx = at::empty({M, KB}, a_scale.options());
   at::Tensor sw = at::empty({NB, KB}, b_scale.options());
+  // a read as it is where pick_seed_a says (or Tuning::seed_a forces it): the preparation then transposes b
+  // alone.
+  Tuning picked = tuning;
+  bool const fits_int = M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX;
+  if (tuning.cfg < 0 && fits_int) {  // forced to read a so (Tuning::seed_a = 1): the natural path's pick
+    picked = tuning.seed_a < 0 ? pick_seed_a(M, N, K) : pick_tuning(M, N, K);
+    picked.pdl = tuning.pdl;
+  }
+  GemmArgs probe{};
+  probe.x = a.data_ptr();
+  probe.sx = a_scale.data_ptr<float>();
+  probe.M = static_cast<int>(std::min<int64_t>(M, INT32_MAX));
+  bool const seed_a = tuning.seed_a != 0 && fits_int && seed_a_config(picked.cfg) && seed_a_fits(probe);
+  TORCH_CHECK(tuning.seed_a <= 0 || seed_a, "gemm (cuda): Tuning::seed_a = 1, but configuration ", picked.cfg,
+              " cannot read this a as it is");
+  if (seed_a) {
+    at::Tensor none;
+    seed_prepare(none, w, none, sw, a, b, a_scale, b_scale);
+    natural_impl(c, a, w, a_scale, sw, picked, /*after_prep=*/tuning.pdl, /*seed_a=*/true);
+    return;
+  }
+  at::Tensor x = at::empty({M, K}, a.options());
+  at::Tensor sx = at::empty({M, KB}, a_scale.options());
   seed_prepare(x, w, sx, sw, a, b, a_scale, b_scale);
   natural_impl(c, x, w, sx, sw, tuning, /*after_prep=*/tuning.pdl);
 }

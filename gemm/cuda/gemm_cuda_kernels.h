@@ -44,7 +44,12 @@ struct GemmArgs {
   // nothing else is queued in between; configurations 3 and 4 (2-CTA clusters) ignore it. (The
   // preparation does not trigger its dependents early: runs 29-30 measured that 1-17 us slower.)
   bool pdl = false;
+  // The seed layout's A as it is (configurations 6-8 only): x is a (K, M) fp8, M-contiguous, and sx its
+  // a_scale (K/128, M); w and sw as above (the preparation pass transposed b alone). seed_a_fits says
+  // whether the problem allows it (M % 16 == 0, aligned pointers).
+  bool seed_a = false;
 };
+bool seed_a_fits(GemmArgs const &g);
 
 // Launches kKernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent of the stream's
 // previous kernel when pdl (GemmArgs::pdl; the kernel must begin with griddepcontrol.wait). Opts in to
@@ -104,8 +109,9 @@ GEMM_CUDA_DECLARE_CONFIG(11)  // its 128x96 tiles with two batch accumulators
 #undef GEMM_CUDA_DECLARE_CONFIG
 
 // Seed-layout preparation (gemm_cuda_prep.cu): transposes a (K, M) -> x (M, K), b (K, N) -> w (N, K),
-// a_scale (K/128, M) -> x_scale (M, K/128), b_scale (K/128, NB) -> w_scale (NB, K/128). Returns the
-// launch's cudaError_t.
+// a_scale (K/128, M) -> x_scale (M, K/128), b_scale (K/128, NB) -> w_scale (NB, K/128); with b_only, the
+// last two alone (a, x, sa and sx unused: GemmArgs::seed_a reads a as it is). Returns the launch's
+// cudaError_t.
 struct PrepArgs {
   uint8_t const *a;
   uint8_t const *b;
@@ -116,6 +122,7 @@ struct PrepArgs {
   float *sx;
   float *sw;
   int64_t M, N, K;
+  bool b_only = false;
 };
 cudaError_t launch_seed_prep(PrepArgs const &p, cudaStream_t stream);
 

@@ -26,6 +26,10 @@ struct Tuning {
   // without the copies between CTAs (wrong results by design; builds with GEMM_SEED_DSMEM_EXPERIMENT only,
   // else the call fails).
   int seed_fused = -1;
+  // Seed layout, on the preparation path: -1 where pick_seed_a says, 1 always (the call fails where the
+  // configuration cannot: seed_a_config), 0 never. With it the preparation transposes b alone and the GEMM
+  // reads a as it is (GemmArgs::seed_a); without it the preparation transposes both.
+  int seed_a = -1;
 };
 
 constexpr int64_t kBlock = 128;  // K block: one x_scale / w_scale entry's extent along K
@@ -270,6 +274,36 @@ inline bool pick_seed_fused(int64_t M, int64_t N, int64_t K, int64_t sms = kSms)
   int64_t const tiles = ceil_div(M, 128) * ceil_div(N, 128);
   if (tiles > 7 * sms) return false;
   return K <= 1024 || (tiles <= sms && M + N >= 6144);
+}
+
+// Seed layout: whether configuration cfg can read the seed's a (K, M) as it is (GemmArgs::seed_a), its A
+// fragments built in registers from raw M-major boxes: the hand-written kernels with one accumulator and
+// whole 64-column output boxes, 128x128, 128x192 and 192x128. Not 192x144 (its accumulators leave no 16
+// registers for the fragments) nor 128x96 with two accumulators (each batch in flight would need its own).
+inline bool seed_a_config(int cfg) {
+  return cfg == kSquare128Config || cfg == kWide192Config || cfg == kTall192Config;
+}
+
+// Seed layout: the configuration whose GEMM reads a as it is after a preparation pass over b alone, or
+// cfg = -1 where the pass over a and b, then the natural path's pick, is faster. Reading a so saves the pass
+// 2 M K bytes but slows each K block (A's fragments come through registers: 1.11-1.24x the natural kernel's
+// time, 128x128 tiles to 128x192), so it wins where a is large against the GEMM, i.e. N is small. Measured
+// (runs 130-131, tests/cuda/config_sweep.py `sraw` against `sprep`, us): 6144x512x7168 49.2 against 67.4,
+// 1024x576x7168 27.5 / 29.7, 6144x576x7168 64.4 / 72.1 (128x192 tiles with a split tail: its 192x144 pick
+// cannot read a so); even at 6144x1536x7168 (138.9 / 140.4) and 1024x3072x1536 (20.1 / 20.5); behind from
+// N = 4096 on (6144x4608x7168 398 / 357, 8192^3 1114 / 952, 6144x7168x256 39.6 / 36.9).
+inline Tuning pick_seed_a(int64_t M, int64_t N, int64_t K) {
+  Tuning t = pick_tuning(M, N, K);
+  if (N > 1024) {
+    t.cfg = -1;
+  } else if (t.cfg == kTall144Config) {
+    t.cfg = kWide192Config;
+    t.splits = 8;
+    t.raster = 0;
+  } else if (!seed_a_config(t.cfg)) {
+    t.cfg = -1;
+  }
+  return t;
 }
 
 }  // namespace gemm_cuda

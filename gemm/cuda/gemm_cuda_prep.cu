@@ -1,5 +1,6 @@
 // Seed-layout preparation (torch-free): one launch transposes a (K, M) -> x (M, K), b (K, N) -> w (N, K)
-// and both scale tensors into the K-major layout the FP8 wgmma path needs. FP8 wgmma reads only
+// and both scale tensors into the K-major layout the FP8 wgmma path needs (or b and b_scale alone, for
+// the kernels that read a as it is: PrepArgs::b_only). FP8 wgmma reads only
 // K-major shared-memory operands, and torch's .contiguous() on these runs at ~350 GB/s, so this
 // kernel moves 128x128-byte tiles with 16-byte global accesses and a bank-conflict-free swizzled
 // shared-memory transpose (4x4 byte transposes in registers with prmt).
@@ -91,7 +92,7 @@ __global__ void __launch_bounds__(kThreads) seed_prep_kernel(PrepParams const q)
   }
   bid -= q.tiles_b;
   // Scales, in output order (coalesced writes; the reads are small and strided).
-  int64_t const total_a = p.M * q.KB, total = total_a + q.NB * q.KB;
+  int64_t const total_a = p.b_only ? 0 : p.M * q.KB, total = total_a + q.NB * q.KB;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     int64_t const e = bid * kScalePerBlock + i * kThreads + threadIdx.x;
@@ -132,13 +133,13 @@ cudaError_t launch_seed_prep(PrepArgs const &p, cudaStream_t stream) {
   q.p = p;
   q.KB = p.K / kTT;
   q.NB = (p.N + kTT - 1) / kTT;
-  bool const vec_a = (p.M % 16 == 0) && aligned16(p.a) && aligned16(p.x);
+  bool const vec_a = p.b_only || ((p.M % 16 == 0) && aligned16(p.a) && aligned16(p.x));
   bool const vec_b = (p.N % 16 == 0) && aligned16(p.b) && aligned16(p.w);
   q.tiles_m = (p.M + kTT - 1) / kTT;
   q.tiles_n = (p.N + kTT - 1) / kTT;
-  q.tiles_a = vec_a ? (p.K / kTT) * q.tiles_m : 0;
+  q.tiles_a = vec_a && !p.b_only ? (p.K / kTT) * q.tiles_m : 0;
   q.tiles_b = vec_b ? (p.K / kTT) * q.tiles_n : 0;
-  int64_t const scale_blocks = (p.M * q.KB + q.NB * q.KB + kScalePerBlock - 1) / kScalePerBlock;
+  int64_t const scale_blocks = ((p.b_only ? 0 : p.M * q.KB) + q.NB * q.KB + kScalePerBlock - 1) / kScalePerBlock;
   int64_t const blocks = q.tiles_a + q.tiles_b + scale_blocks;
   if (blocks >= INT32_MAX) return cudaErrorInvalidValue;
   seed_prep_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(q);

@@ -237,9 +237,11 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 }
 
 // A 2-D row-major tensor (rows x cols elements, row stride ld elements) read or written in boxes of
-// box_rows x box_cols with 128-byte swizzle (box_cols * element size must be 128 bytes).
+// box_rows x box_cols with 128-byte swizzle (box_cols * element size must be 128 bytes), or with another
+// swizzle whose span is box_cols * element size (64 bytes: CU_TENSOR_MAP_SWIZZLE_64B).
 inline bool encode(CUtensorMap *map, CUtensorMapDataType type, int elem_bytes, void const *ptr, uint64_t rows,
-            uint64_t cols, uint64_t ld, uint32_t box_rows, uint32_t box_cols) {
+                   uint64_t cols, uint64_t ld, uint32_t box_rows, uint32_t box_cols,
+                   CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
   auto fn = tensor_map_encoder();
   if (fn == nullptr) return false;
   cuuint64_t dims[2] = {cols, rows};
@@ -247,7 +249,7 @@ inline bool encode(CUtensorMap *map, CUtensorMapDataType type, int elem_bytes, v
   cuuint32_t box[2] = {box_cols, box_rows};
   cuuint32_t elem_strides[2] = {1, 1};
   return fn(map, type, 2, const_cast<void *>(ptr), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 

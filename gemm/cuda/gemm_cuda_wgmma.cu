@@ -19,6 +19,12 @@
 //                  the columns past the last whole 64-column box (16 of BN = 144) straight from
 //                  registers;
 //                  from K = 2048 on, issued while the next unit's first batch runs (overlap_store).
+// Seed layout (GemmArgs::seed_a, configurations 6-8): x is the seed's a (K, M), read as it is. The producer
+// loads the tile's raw boxes of 128 K rows (one 128 M bytes wide, 128-byte swizzle, for two consumer
+// warpgroups; one 64 wide, 64-byte swizzle, per warpgroup for three) and the K block's a_scale row; each
+// consumer warp builds its wgmma A fragments from its 16 M bytes of them in registers (load_seed_a:
+// transposing ldmatrix and prmt), and wgmma reads A from them (m64nBNk32 ..._RS). The fragment rows come
+// paired, so the accumulator's rows are too (store_block<.., true>).
 // Split tail (GemmArgs::splits > 1): the tiles past the last full wave are cut into K pieces, one per CTA;
 // each piece's fp32 block goes to the workspace and the last piece to arrive sums them (split_fixup).
 // A 192- or 144-wide N tile straddles two 128-wide w_scale blocks; which columns take which scale depends
@@ -50,6 +56,13 @@ using namespace sm90;
 
 // One 64-row x 64-column bf16 output box in shared memory (128-byte rows).
 constexpr int kOutChunk = 64 * 128;
+// wgmma_gemm_kernel<.., kSeedA>: the width in M bytes of the raw A boxes, each 128 K rows: one box of 128
+// for two consumer warpgroups, one of 64 per warpgroup for three. (Boxes of 64 for two made the 128x192
+// kernel 2-6 % slower: run 131.)
+template <int kConsumers>
+constexpr int seed_box_width() {
+  return kConsumers == 2 ? 128 : 64;
+}
 
 // An M tile of 64 rows per consumer warpgroup (each issues m64 wgmma), BN columns.
 template <int BN, int kConsumers>
@@ -232,6 +245,103 @@ __device__ __forceinline__ void store_block(float const *out, uint32_t out_base,
 }
 #endif  // GEMM_WGMMA_DEVICE
 
+// ---------------------------------------------------------------------------------------------
+// The seed layout's A operand from registers (wgmma_gemm_kernel<.., kSeedA> and the fused seed kernel)
+// ---------------------------------------------------------------------------------------------
+#ifdef GEMM_WGMMA_DEVICE
+// Row r (0-7) of the two 8-row matrices a transposing ldmatrix reads per 16 K rows: the thread that
+// receives rows 2c and 2c + 1 (c = its lane % 4) gets K rows 4c, 4c + 1 from matrix 0 and 4c + 2, 4c + 3
+// from matrix 1 for c < 2, the other way round for c >= 2, so that each matrix's 8 rows have distinct
+// (row % 8): {0, 1, 4, 5, 10, 11, 14, 15} and {2, 3, 6, 7, 8, 9, 12, 13}.
+__device__ __forceinline__ int seed_krow(int matrix, int r) {
+  int const c = r / 2, e = r % 2;
+  bool const low = (c < 2) == (matrix == 0);
+  return 4 * c + (low ? 0 : 2) + e;
+}
+
+// The byte selectors that turn a thread's two transposed registers (x: matrix 0, y: matrix 1; byte
+// 2i + j = K row i of the pair, column 2g + j) into its column 2g (sel_even) and 2g + 1 (sel_odd), each
+// 4 consecutive K bytes 4c .. 4c + 3.
+__device__ __forceinline__ uint32_t seed_sel(int c, bool odd) {
+  if (c < 2) return odd ? 0x7531u : 0x6420u;
+  return odd ? 0x3175u : 0x2064u;
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2,
+                                                  uint32_t &r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr)
+               : "memory");
+}
+
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+
+// wgmma m64nNk32 with A from registers (the fragments below) and B K-major in shared memory: cute's selector.
+template <int N>
+using GmmaRsOp = decltype(cute::SM90::GMMA::rs_op_selector<cute::float_e4m3_t, cute::float_e4m3_t, float,
+                                                           cute::Shape<cute::_64, cute::Int<N>, cute::_32>>());
+
+template <int N, int... I>
+__device__ __forceinline__ void mma_rs(uint32_t const *a, uint64_t db, float *d, bool accumulate,
+                                       std::integer_sequence<int, I...>) {
+  GmmaRsOp<N>::fma(a[0], a[1], a[2], a[3], db, d[I]...,
+                   accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
+}
+
+// One K block's batch with A from registers (16 per thread: 4 per 32-deep step) and B K-major in shared
+// memory.
+template <int N>
+__device__ __forceinline__ void issue_batch_rs(float *acc, uint32_t *a, uint64_t db) {
+  fence_all<N>(acc);
+#pragma unroll
+  for (int i = 0; i < 16; ++i) cute::warpgroup_fence_operand(a[i]);
+  cute::warpgroup_arrive();
+#pragma unroll
+  for (int k = 0; k < kBlockK / 32; ++k) {
+    mma_rs<N>(a + 4 * k, db + 2 * k, acc, k > 0, std::make_integer_sequence<int, N / 2>{});
+  }
+  cute::warpgroup_commit_batch();
+}
+
+// A warp's A fragments of one K block (16 registers: 4 per 32-deep step) from an M-major box, K rows of
+// `row_bytes` (64 or 128) in shared memory, 32 K rows apart per step: one transposing ldmatrix and 4 prmt per
+// step. `off` is the lane's address in the box's first step (seed_a_offset), `sel_even` its seed_sel(c, false);
+// the fragment's rows come paired
+// (rows 2g, 2g + 1 where the fragment wants g, g + 8; see seed_krow).
+template <int kRowBytes>
+__device__ __forceinline__ void load_seed_a(uint32_t *a, uint32_t box, uint32_t off, uint32_t sel_even) {
+  uint32_t const sel_odd = sel_even + 0x1111u;  // seed_sel: each selector nibble one byte further
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    uint32_t r0, r1, r2, r3;
+    ldmatrix_x4_trans(box + q * 32 * kRowBytes + off, r0, r1, r2, r3);
+    a[4 * q] = __byte_perm(r0, r1, sel_even);
+    a[4 * q + 1] = __byte_perm(r0, r1, sel_odd);
+    a[4 * q + 2] = __byte_perm(r2, r3, sel_even);
+    a[4 * q + 3] = __byte_perm(r2, r3, sel_odd);
+  }
+}
+
+// The lane's address in a box of K rows x kRowBytes M bytes for its warp's 16 M bytes at `col16` (in 16-byte
+// units): lane l addresses row l % 8 of matrix l / 8 (matrices 2 and 3: the step's second 16 K rows). With
+// 128-byte rows the box is 128-byte swizzled (16-byte unit c of row r at c ^ (r % 8)), with 64-byte rows
+// 64-byte swizzled (c ^ ((r / 2) % 4)); in both each matrix's 8 rows (distinct r % 8) land in 8 distinct
+// 16-byte bank groups.
+template <int kRowBytes>
+__device__ __forceinline__ uint32_t seed_a_offset(int lane, int col16) {
+  static_assert(kRowBytes == 64 || kRowBytes == 128, "a 64- or 128-byte swizzled box");
+  int const j = lane / 8;
+  int const krow = 16 * (j / 2) + seed_krow(j % 2, lane % 8);
+  int const phase = kRowBytes == 128 ? krow % 8 : (krow / 2) % 4;
+  return krow * kRowBytes + ((col16 ^ phase) << 4);
+}
+#endif  // GEMM_WGMMA_DEVICE
+
 // The persistent schedule. Work units u = blockIdx.x, + gridDim.x, ...: the first dp_tiles units are
 // whole tiles; when the tiles leave a last wave partly empty, the tiles after dp_tiles (fewer than the
 // grid) are each cut into `pieces` K ranges, one unit each, so that the last wave fills the SMs (a split
@@ -270,7 +380,10 @@ struct Schedule {
 
 // kTwoAcc: two batch accumulators per consumer warpgroup, so that each K block's batch runs on the tensor
 // cores while the previous block is promoted (out + 2 x BN / 2 registers: BN <= 128 with two consumers).
-template <int BN, int kConsumers, bool kTwoAcc>
+// kSeedA: x is the seed layout's a (K, M), read as it is, and sx its a_scale (K/128, M) (GemmArgs::seed_a):
+// the tile's rows come as raw boxes of 128 K rows x kBoxWidth M bytes (seed_box_width), and each consumer
+// warp builds its wgmma A fragments from them in registers (load_seed_a), the accumulator rows paired.
+template <int BN, int kConsumers, bool kTwoAcc, bool kSeedA = false>
 __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
     wgmma_gemm_kernel(__grid_constant__ CUtensorMap const map_x, __grid_constant__ CUtensorMap const map_w,
                       __grid_constant__ CUtensorMap const map_d, __nv_bfloat16 *d, int64_t ldd,
@@ -279,16 +392,28 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
 #ifdef GEMM_WGMMA_DEVICE
   using L = Layout<BN, kConsumers>;
   static_assert(!kTwoAcc || (kConsumers == 2 && BN <= 128), "two batch accumulators fit 2 consumers, BN <= 128");
+  // The A fragments take 16 registers beside the two accumulators, and the paired rows need whole boxes.
+  static_assert(!kSeedA || (!kTwoAcc && BN % 64 == 0), "seed A: one accumulator, whole 64-column boxes");
   constexpr int kBlockM = L::kBlockM;
+  constexpr int kBoxWidth = seed_box_width<kConsumers>();  // kSeedA: the raw A boxes' M bytes
+  // kSeedA: the next block's A fragments loaded during the promotion (see k_block), where the consumers'
+  // registers hold them beside `out`, `acc` and 48 more (128x128 tiles: 192 of 224). An experiment, built
+  // only with GEMM_SEED_A_EARLY_FRAGMENTS (not yet measured: NOTES.md).
+#ifdef GEMM_SEED_A_EARLY_FRAGMENTS
+  constexpr bool kEarlyFragments = kSeedA && BN + 16 + 48 <= L::kConsumerRegs;
+#else
+  constexpr bool kEarlyFragments = false;
+#endif
   extern __shared__ uint8_t smem_raw[];
   // Aligned in the shared address space itself (32-bit arithmetic): aligning the generic pointer made
   // ptxas recompute it from special registers (S2UR SR_CgaCtaId, SR_SWINHI) at the top of every K block.
   uint32_t const base = (smem_addr(smem_raw) + 1023) & ~1023u;
   uint32_t const full_bar = base + L::kOffBar;  // kStages barriers: the stage's operands and scales landed
   uint32_t const empty_bar = full_bar + 8 * L::kStages;  // kStages barriers: every consumer thread is done
-  // The unit count, kept in a register across the loops; where the consumers' accumulators take nearly all
-  // of their registers (192x144 tiles: 144 of 160), re-read from the parameters instead (ptxas spilled it).
-  constexpr bool kRecount = BN + 16 >= L::kConsumerRegs;
+  // The unit count, kept in a register across the loops; where the consumers' accumulators (and kSeedA's 16
+  // fragment registers) take nearly all of their registers (192x144 tiles: 144 of 160), re-read from the
+  // parameters instead (ptxas spilled it).
+  constexpr bool kRecount = BN + 16 + (kSeedA ? 16 : 0) >= L::kConsumerRegs;
   int const units_kept = sched.units();
   auto const units = [&] { return kRecount ? sched.units() : units_kept; };
   int const kblocks = sched.kblocks;
@@ -322,11 +447,23 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
         for (int kb = kb0; kb < kb1; ++kb, ++it) {
           int const s = acquire_stage<L::kStages>(full_bar, empty_bar, it, L::kBytesA + L::kBytesB, lane == 0);
           if (lane == 0) {
-            tma_load(&map_x, full_bar + 8 * s, base + s * L::kBytesA, kb * kBlockK, m0);
+            if constexpr (kSeedA) {  // raw boxes of the K block's rows, kBoxWidth M bytes each
+#pragma unroll
+              for (int c = 0; c < kBlockM / kBoxWidth; ++c) {
+                tma_load(&map_x, full_bar + 8 * s, base + s * L::kBytesA + c * kBlockK * kBoxWidth,
+                         m0 + kBoxWidth * c, kb * kBlockK);
+              }
+            } else {
+              tma_load(&map_x, full_bar + 8 * s, base + s * L::kBytesA, kb * kBlockK, m0);
+            }
             tma_load(&map_w, full_bar + 8 * s, base + L::kOffB + s * L::kBytesB, kb * kBlockK, tn * BN);
           }
           uint32_t const scales = base + L::kOffScale + s * L::kBytesScale;
-          copy_row_scales<kBlockM>(scales, sx, m0, M, kblocks, kb, lane);
+          if constexpr (kSeedA) {  // a_scale's K block kb is its row kb: consecutive rows 4 bytes apart
+            copy_row_scales<kBlockM>(scales, sx + static_cast<int64_t>(kb) * M, m0, M, 1, 0, lane);
+          } else {
+            copy_row_scales<kBlockM>(scales, sx, m0, M, kblocks, kb, lane);
+          }
           if (lane < 2) {
             cp_async_4(scales + 4 * (kBlockM + lane), sw + static_cast<int64_t>(wblock) * kblocks + kb);
           }
@@ -349,8 +486,18 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   // Stage s's descriptors are these plus s stages (addresses in 16-byte units, all below 2^14).
   uint64_t const desc_a0 = kmajor_sw128_desc(base + cw * 64 * kBlockK);
   uint64_t const desc_b0 = kmajor_sw128_desc(base + L::kOffB);
-  // Stage 0's x_scale of this thread's rows r and r + 8 (the fragment rows below), and its w_scale pair.
-  uint32_t const scale_x0 = base + L::kOffScale + 4 * (64 * cw + 16 * warp + lane / 4);
+  // kSeedA: this warp's A fragments (M bytes 16 warp .. of its warpgroup's raw box), 16 registers.
+  uint32_t a_frag[kSeedA ? 16 : 1];
+  // (warpgroup cw's rows are M bytes 64 cw .. of the tile: in a box of 64, box cw; in one of 128, its 16-byte
+  // columns 4 cw ..)
+  uint32_t const a_off = kSeedA ? seed_a_offset<kBoxWidth>(lane, (64 * cw % kBoxWidth) / 16 + warp) +
+                                      (64 * cw / kBoxWidth) * kBlockK * kBoxWidth
+                                : 0;
+  uint32_t const sel_even = seed_sel(lane % 4, false);
+  // Stage 0's x_scale of this thread's rows r and r + 8 (the fragment rows below), and its w_scale pair;
+  // kSeedA: of its paired rows 2g, 2g + 1 (g = lane / 4), 4 bytes apart.
+  uint32_t const scale_x0 = base + L::kOffScale + 4 * (64 * cw + 16 * warp + (kSeedA ? 2 : 1) * (lane / 4));
+  constexpr uint32_t kScaleX1 = kSeedA ? 4 : 32;  // the second row's x_scale, bytes past the first
   uint32_t const scale_w0 = base + L::kOffScale + 4 * kBlockM;
   uint32_t it = 0;
   // A finished tile whose block is still in `out`, to be stored at (store_row, store_col) while the next
@@ -372,23 +519,45 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
     // probed while the batch runs (unconditionally: ptxas kept a probe behind a branch after the promotion).
     int s = ring_stage<L::kStages>(it);
     bar_wait(full_bar + 8 * s, ring_parity<L::kStages>(it));
+    // kSeedA: whether a_frag holds stage s's fragments already (loaded during the previous block's promotion).
+    bool loaded = false;
     auto k_block = [&](int kb, auto first) {
-      issue_batch<BN>(acc, desc_a0 + static_cast<uint64_t>(s * (L::kBytesA >> 4)),
-                      desc_b0 + static_cast<uint64_t>(s * (L::kBytesB >> 4)));
+      if constexpr (kSeedA) {
+        if (!loaded) load_seed_a<kBoxWidth>(a_frag, base + s * L::kBytesA, a_off, sel_even);
+        issue_batch_rs<BN>(acc, a_frag, desc_b0 + static_cast<uint64_t>(s * (L::kBytesB >> 4)));
+      } else {
+        issue_batch<BN>(acc, desc_a0 + static_cast<uint64_t>(s * (L::kBytesA >> 4)),
+                        desc_b0 + static_cast<uint64_t>(s * (L::kBytesB >> 4)));
+      }
       uint32_t const stage_scales = s * L::kBytesScale;
-      float const a0 = ld_shared_f32(scale_x0 + stage_scales), a1 = ld_shared_f32(scale_x0 + stage_scales + 32);
+      float const a0 = ld_shared_f32(scale_x0 + stage_scales);
+      float const a1 = ld_shared_f32(scale_x0 + stage_scales + kScaleX1);
       float2 const b = ld_shared_f32x2(scale_w0 + stage_scales);
       ++it;
       int const ns = ring_stage<L::kStages>(it);
       uint32_t const nparity = ring_parity<L::kStages>(it);
       if (first && pending) {
-        store_block<BN>(out, out_base, &map_d, d, ldd, store_row, store_col, M, N, 1 + cw, t128);
+        store_block<BN, kSeedA>(out, out_base, &map_d, d, ldd, store_row, store_col, M, N, 1 + cw, t128);
         pending = false;
       }
       cute::warpgroup_wait<0>();
       fence_all<BN>(acc);
+      if constexpr (kSeedA) {  // the registers the batch read are free again only now
+#pragma unroll
+        for (int i = 0; i < 16; ++i) cute::warpgroup_fence_operand(a_frag[i]);
+      }
       bar_arrive(empty_bar + 8 * s);  // this thread is done with the stage's operands and scales
       bool const probed = bar_test(full_bar + 8 * ns, nparity);
+      if constexpr (kSeedA) {
+        // The next block's fragments now, if its stage has landed, so that their loads run beside the
+        // promotion instead of before the next batch's issue (lane 0's probe: the same for the whole warp).
+        // Only where the registers allow: the fragments then live through the promotion beside `out` and
+        // `acc` (128x192 and 192x128 tiles spilled in the K-block loop, compiled here).
+        if constexpr (kEarlyFragments) {
+          loaded = kb + 1 != kb1 && __shfl_sync(0xffffffffu, static_cast<int>(probed), 0) != 0;
+          if (loaded) load_seed_a<kBoxWidth>(a_frag, base + ns * L::kBytesA, a_off, sel_even);
+        }
+      }
       promote_cols<BN, decltype(first)::value>(unaligned, offset, out, acc, a0, a1, b.x, b.y);
       // The next tile's first stage is waited for at that tile's start.
       if (kb + 1 != kb1 && !probed) bar_wait(full_bar + 8 * ns, nparity);
@@ -475,10 +644,10 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
       pending = true;
       store_row = m0 + 64 * cw, store_col = n0;
     } else {
-      store_block<BN>(out, out_base, &map_d, d, ldd, m0 + 64 * cw, n0, M, N, 1 + cw, t128);
+      store_block<BN, kSeedA>(out, out_base, &map_d, d, ldd, m0 + 64 * cw, n0, M, N, 1 + cw, t128);
     }
   }
-  if (pending) store_block<BN>(out, out_base, &map_d, d, ldd, store_row, store_col, M, N, 1 + cw, t128);
+  if (pending) store_block<BN, kSeedA>(out, out_base, &map_d, d, ldd, store_row, store_col, M, N, 1 + cw, t128);
   if (t128 == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 #endif  // GEMM_WGMMA_DEVICE
 }
@@ -532,62 +701,6 @@ template <int kShare>
 constexpr int kShareRows = kBlockK / kShare;
 }  // namespace seed_fused
 
-#ifdef GEMM_WGMMA_DEVICE
-// Row r (0-7) of the two 8-row matrices a transposing ldmatrix reads per 16 K rows: the thread that
-// receives rows 2c and 2c + 1 (c = its lane % 4) gets K rows 4c, 4c + 1 from matrix 0 and 4c + 2, 4c + 3
-// from matrix 1 for c < 2, the other way round for c >= 2, so that each matrix's 8 rows have distinct
-// (row % 8): {0, 1, 4, 5, 10, 11, 14, 15} and {2, 3, 6, 7, 8, 9, 12, 13}.
-__device__ __forceinline__ int seed_krow(int matrix, int r) {
-  int const c = r / 2, e = r % 2;
-  bool const low = (c < 2) == (matrix == 0);
-  return 4 * c + (low ? 0 : 2) + e;
-}
-
-// The byte selectors that turn a thread's two transposed registers (x: matrix 0, y: matrix 1; byte
-// 2i + j = K row i of the pair, column 2g + j) into its column 2g (sel_even) and 2g + 1 (sel_odd), each
-// 4 consecutive K bytes 4c .. 4c + 3.
-__device__ __forceinline__ uint32_t seed_sel(int c, bool odd) {
-  if (c < 2) return odd ? 0x7531u : 0x6420u;
-  return odd ? 0x3175u : 0x2064u;
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2,
-                                                  uint32_t &r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr)
-               : "memory");
-}
-
-__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0), "r"(r1),
-               "r"(r2), "r"(r3)
-               : "memory");
-}
-
-using RsOp128 = cute::SM90::GMMA::MMA_64x128x32_F32E4M3E4M3_RS_TN<>;
-
-template <int... I>
-__device__ __forceinline__ void mma_rs(uint32_t const *a, uint64_t db, float *d, bool accumulate,
-                                       std::integer_sequence<int, I...>) {
-  RsOp128::fma(a[0], a[1], a[2], a[3], db, d[I]...,
-               accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
-}
-
-// One K block's batch with A from registers (16 per thread: 4 per 32-deep step) and B K-major in shared
-// memory.
-__device__ __forceinline__ void issue_batch_rs(float *acc, uint32_t *a, uint64_t db) {
-  fence_all<128>(acc);
-#pragma unroll
-  for (int i = 0; i < 16; ++i) cute::warpgroup_fence_operand(a[i]);
-  cute::warpgroup_arrive();
-#pragma unroll
-  for (int k = 0; k < kBlockK / 32; ++k) {
-    mma_rs(a + 4 * k, db + 2 * k, acc, k > 0, std::make_integer_sequence<int, 64>{});
-  }
-  cute::warpgroup_commit_batch();
-}
-#endif  // GEMM_WGMMA_DEVICE
 
 #ifdef GEMM_WGMMA_DEVICE
 // A barrier across the thread block cluster: every thread of every CTA in it arrives, then waits.
@@ -764,12 +877,9 @@ __device__ __forceinline__ void seed_fused_body(CUtensorMap const *map_a_ptr, CU
   float acc[64];
   uint32_t a[16];
   uint64_t const desc_b0 = kmajor_sw128_desc(kmajor_b(0));
-  // This warp's A fragments: M bytes 16 (4 cw + warp) .. of every K row; lane l addresses row l % 8 of
-  // matrix l / 8 (matrices 2, 3: the step's second 16 K rows).
-  int const j = lane / 8;
-  int const krow = 16 * (j / 2) + seed_krow(j % 2, lane % 8);
-  uint32_t const a_off = krow * 128 + (((4 * cw + warp) ^ (krow % 8)) << 4);
-  uint32_t const sel_even = seed_sel(lane % 4, false), sel_odd = seed_sel(lane % 4, true);
+  // This warp's A fragments: M bytes 16 (4 cw + warp) .. of every K row of the raw box.
+  uint32_t const a_off = seed_a_offset<128>(lane, 4 * cw + warp);
+  uint32_t const sel_even = seed_sel(lane % 4, false);
   // The accumulator rows 2g, 2g + 1 (g = lane / 4) of the warp's 16 (store_block<.., true>): stage 0's
   // a_scale pair of them, and its b_scale.
   uint32_t const scale_pair = base + F::kOffScale + 4 * (64 * cw + 16 * warp + 2 * (lane / 4));
@@ -785,16 +895,8 @@ __device__ __forceinline__ void seed_fused_body(CUtensorMap const *map_a_ptr, CU
       ++it;
       bar_wait(ready_bar + 8 * s, parity);
       bar_wait(full_bar + 8 * s, parity);
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        uint32_t r0, r1, r2, r3;
-        ldmatrix_x4_trans(raw_a(s) + q * 4096 + a_off, r0, r1, r2, r3);
-        a[4 * q] = __byte_perm(r0, r1, sel_even);
-        a[4 * q + 1] = __byte_perm(r0, r1, sel_odd);
-        a[4 * q + 2] = __byte_perm(r2, r3, sel_even);
-        a[4 * q + 3] = __byte_perm(r2, r3, sel_odd);
-      }
-      issue_batch_rs(acc, a, desc_b0 + static_cast<uint64_t>(s * (F::kStageBytes >> 4)));
+      load_seed_a<128>(a, raw_a(s), a_off, sel_even);
+      issue_batch_rs<128>(acc, a, desc_b0 + static_cast<uint64_t>(s * (F::kStageBytes >> 4)));
       float2 const sa2 = ld_shared_f32x2(scale_pair + s * F::kBytesScale);
       float const sbv = ld_shared_f32(scale_b + s * F::kBytesScale);
       cute::warpgroup_wait<0>();
@@ -871,17 +973,22 @@ size_t workspace_wgmma(GemmArgs const &g) {
   return partials_bytes<BN, kConsumers>(sched) + counter_bytes<kConsumers>(sched);
 }
 
-template <int BN, int kConsumers, bool kTwoAcc = false>
-int run_wgmma(GemmArgs const &g, void *workspace, cudaStream_t stream) {
+template <int BN, int kConsumers, bool kTwoAcc = false, bool kSeedA = false>
+int run_wgmma_as(GemmArgs const &g, void *workspace, cudaStream_t stream) {
   using L = Layout<BN, kConsumers>;
   constexpr int kBlockM = L::kBlockM;
   // bf16 output only, K a whole number of blocks, TMA's 16-byte row strides and base addresses.
   if (g.kslices != 1 || g.K % kBlockK != 0 || g.N % 8 != 0 || g.ldd % 8 != 0 || g.splits < 1 ||
-      (reinterpret_cast<uintptr_t>(g.d) & 15) != 0) {
+      (reinterpret_cast<uintptr_t>(g.d) & 15) != 0 || (kSeedA && !seed_a_fits(g))) {
     return -static_cast<int>(cudaErrorInvalidValue);
   }
   CUtensorMap map_x, map_w, map_d;
-  if (!encode(&map_x, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.x, g.M, g.K, g.K, kBlockM, kBlockK) ||
+  constexpr int kBoxWidth = seed_box_width<kConsumers>();
+  bool const x_encoded =
+      kSeedA ? encode(&map_x, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.x, g.K, g.M, g.M, kBlockK, kBoxWidth,
+                      kBoxWidth == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B)
+             : encode(&map_x, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.x, g.M, g.K, g.K, kBlockM, kBlockK);
+  if (!x_encoded ||
       !encode(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.w, g.N, g.K, g.K, BN, kBlockK) ||
       !encode(&map_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, g.d, g.M, g.N, g.ldd, 64, 64)) {
     return -static_cast<int>(cudaErrorInvalidValue);
@@ -897,13 +1004,26 @@ int run_wgmma(GemmArgs const &g, void *workspace, cudaStream_t stream) {
     if (err != cudaSuccess) return -static_cast<int>(err);
   }
   int const grid = std::min(sched.units(), g.sm_count);
-  cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN, kConsumers, kTwoAcc>>(
+  cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN, kConsumers, kTwoAcc, kSeedA>>(
       grid, L::kThreads, L::kSmem, g.device, stream, g.pdl, map_x, map_w, map_d, static_cast<__nv_bfloat16 *>(g.d),
       g.ldd, g.sx, g.sw, g.M, g.N, sched, partials, counters);
   return -static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
 
+// The configuration on either form of x (GemmArgs::seed_a).
+template <int BN, int kConsumers>
+int run_wgmma(GemmArgs const &g, void *workspace, cudaStream_t stream) {
+  return g.seed_a ? run_wgmma_as<BN, kConsumers, false, true>(g, workspace, stream)
+                  : run_wgmma_as<BN, kConsumers>(g, workspace, stream);
+}
+
 }  // namespace
+
+bool seed_a_fits(GemmArgs const &g) {
+  // TMA: a's rows (M bytes) 16-byte strided and based; the scales are copied 4 bytes at a time.
+  return g.M > 0 && g.M % 16 == 0 && (reinterpret_cast<uintptr_t>(g.x) & 15) == 0 &&
+         (reinterpret_cast<uintptr_t>(g.sx) & 3) == 0;
+}
 
 // The timing-only diagnostic (seed_fused_share_kernel): g.share = 2 or 4 CTAs a cluster with the copies
 // into the other CTAs, 20 or 40 the same without them (the control). As many clusters as can be resident at
@@ -997,11 +1117,15 @@ int run_cfg8(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmm
 char const *const kNameCfg8 = "wgmma_192x128_persistent";
 
 size_t workspace_cfg10(GemmArgs const &g) { return workspace_wgmma<144, 3>(g); }
-int run_cfg10(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<144, 3>(g, ws, stream); }
+int run_cfg10(GemmArgs const &g, void *ws, cudaStream_t stream) {  // no room for A's fragments (seed_a)
+  return g.seed_a ? -static_cast<int>(cudaErrorInvalidValue) : run_wgmma_as<144, 3>(g, ws, stream);
+}
 char const *const kNameCfg10 = "wgmma_192x144_persistent";
 
 size_t workspace_cfg11(GemmArgs const &g) { return workspace_wgmma<96, 2>(g); }
-int run_cfg11(GemmArgs const &g, void *ws, cudaStream_t stream) { return run_wgmma<96, 2, true>(g, ws, stream); }
+int run_cfg11(GemmArgs const &g, void *ws, cudaStream_t stream) {  // two accumulators: not with seed_a
+  return g.seed_a ? -static_cast<int>(cudaErrorInvalidValue) : run_wgmma_as<96, 2, true>(g, ws, stream);
+}
 char const *const kNameCfg11 = "wgmma_128x96_two_acc_persistent";
 
 }  // namespace gemm_cuda

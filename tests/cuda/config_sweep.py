@@ -19,9 +19,11 @@ Run 8 swept the K-sliced configuration with `c5k1,c5k2,c5k4,...`. Seed-layout va
 problems passed as a, b, a_scale, b_scale): `spick` (the op's own choice), `sfused` (the fused seed
 kernel), `sfused2` / `sfused4` (its timing-only diagnostic in clusters of 2 / 4 CTAs, wrong results by design:
 objects built with -DGEMM_SEED_DSMEM_EXPERIMENT, see gemm/cuda/NOTES.md; `sfused2c` / `sfused4c` its control
-without the copies between CTAs), `sprep` (the preparation pass
-and the natural path's choice) and `seed<cfg>[p<splits>]` (the
-preparation pass, then that cfg and split tail); `spick` and `seed<cfg>` optionally followed by `nopdl` (the
+without the copies between CTAs), `sprep` (the preparation pass of a and b
+and the natural path's choice), `sraw` (the pass of b alone, and the natural path's choice reading a as it
+is: Tuning.seed_a), `seed<cfg>[p<splits>]` (the
+preparation pass, then that cfg and split tail) and `seedraw<cfg>[p<splits>]` (the same reading a as it is);
+`spick` and `seed<cfg>` optionally followed by `nopdl` (the
 GEMM launched after the preparation has finished, not as its programmatic dependent: Tuning.pdl in
 gemm/cuda/gemm_cuda.h);
 runs 18-19 swept the fused seed kernels of commit e32161e this way, runs 29-30 the dependent launch, runs
@@ -72,12 +74,16 @@ def parse_variant(spec: str) -> dict | None:
     if m := re.fullmatch(r"sfused([24])(c?)", spec):  # the fused kernel's timing-only diagnostic, in clusters
         share = int(m.group(1)) * (10 if m.group(2) else 1)  # c: its control (Tuning.seed_fused 20 or 40)
         return {"cfg": -1, "layout": "seed", "pdl": True, "splits": 1, "fused": share}
-    if spec in ("sfused", "sprep"):  # the fused seed kernel, or the preparation pass (Tuning.seed_fused)
-        return {"cfg": -1, "layout": "seed", "pdl": True, "splits": 1, "fused": int(spec == "sfused")}
-    if m := re.fullmatch(r"(?:spick|seed(\d+)(?:p(\d+))?)(nopdl)?", spec):  # nopdl: Tuning.pdl off
-        # spick: the op's whole choice; seed<cfg>: the preparation pass, then that configuration
-        knobs = {"cfg": int(m.group(1) or -1), "layout": "seed", "pdl": not m.group(3), "splits": int(m.group(2) or 1)}
-        return knobs | {"fused": -1 if knobs["cfg"] < 0 else 0}
+    if spec in ("sfused", "sprep", "sraw"):  # the fused seed kernel, or the preparation pass (Tuning.seed_fused)
+        # sprep: the pass transposes a and b; sraw: b alone, and the GEMM reads a as it is (Tuning.seed_a)
+        knobs = {"cfg": -1, "layout": "seed", "pdl": True, "splits": 1, "fused": int(spec == "sfused")}
+        return knobs | {"seed_a": {"sfused": -1, "sprep": 0, "sraw": 1}[spec]}
+    if m := re.fullmatch(r"(?:spick|seed(raw)?(\d+)(?:p(\d+))?)(nopdl)?", spec):  # nopdl: Tuning.pdl off
+        # spick: the op's whole choice; seed<cfg>: the preparation pass, then that configuration (seedraw<cfg>:
+        # the pass on b alone, that configuration reading a as it is)
+        knobs = {"cfg": int(m.group(2) or -1), "layout": "seed", "pdl": not m.group(4), "splits": int(m.group(3) or 1)}
+        seed_a = -1 if knobs["cfg"] < 0 else int(bool(m.group(1)))
+        return knobs | {"fused": -1 if knobs["cfg"] < 0 else 0, "seed_a": seed_a}
     m = re.fullmatch(r"c(\d+)((?:[rspko]\d+)*)", spec)
     if not m:
         raise SystemExit(f"bad variant {spec!r}: want pick, torch or c<cfg>[r<n>][s<n>][p<n>][k<n>][o<0|1>]")
@@ -108,6 +114,7 @@ def calls(mod, sets, outs, knobs: dict | None) -> list:
                     knobs["pdl"],
                     knobs["splits"],
                     knobs["fused"],
+                    knobs["seed_a"],
                 )
             )
             for s, o in zip(sets, outs, strict=True)

@@ -166,20 +166,60 @@ def test_gemm_kernel_has_its_sm90a_mainloop_and_no_spills(compiled, source):
         assert k["spill"] == 0, f"{source}: register spills {k}"
 
 
+# The instantiations of gemm_cuda_wgmma.cu's wgmma_gemm_kernel<BN, consumers, two accumulators, seed A>:
+# 128x128, 128x192, 192x128, 192x144 and 128x96 (two accumulators) tiles, the first three also reading the
+# seed layout's a as it is (GemmArgs::seed_a).
+_WGMMA_INSTANCES = {
+    (128, 2, 0, 0),
+    (192, 2, 0, 0),
+    (128, 3, 0, 0),
+    (144, 3, 0, 0),
+    (96, 2, 1, 0),
+    (128, 2, 0, 1),
+    (192, 2, 0, 1),
+    (128, 3, 0, 1),
+}
+_WGMMA_NAME = re.compile(r"wgmma_gemm_kernelILi(\d+)ELi(\d)ELb([01])ELb([01])E")
+
+
+def _wgmma_instance(name: str) -> tuple[int, int, int, int]:
+    m = _WGMMA_NAME.search(name)
+    assert m, name[:120]
+    return tuple(int(g) for g in m.groups())
+
+
 def test_hand_written_wgmma_kernels_keep_their_registers(compiled):
     """Every instantiation of gemm_cuda_wgmma.cu: sm_90a code, launched with the whole register file for one
     CTA per SM (so that setmaxnreg can move the producer's registers to the consumers): 168 per thread for
     2 consumer warpgroups (384 threads), 128 for 3 (512 threads); no spills (the 192x144 form's consumers
-    use 157 of their 160, the 128x96 form's with two batch accumulators fit too)."""
+    use 157 of their 160, the 128x96 form's with two batch accumulators fit too, and so do the forms that read
+    the seed's a, with 16 fragment registers more)."""
     rc, log = compiled["gemm_cuda_wgmma.cu"]
     assert rc == 0, f"nvcc failed on gemm_cuda_wgmma.cu:\n{log[-4000:]}"
     ks = [k for k in _kernels(log) if "wgmma_gemm_kernel" in k["name"]]
-    # mangled template arguments <BN, consumers, ...>: 128x128, 128x192, 192x128, 192x144 and 128x96 tiles
-    launch_regs = {"ILi128ELi2E": 168, "ILi192ELi2E": 168, "ILi128ELi3E": 128, "ILi144ELi3E": 128, "ILi96ELi2E": 168}
-    assert sorted(tag for k in ks for tag in launch_regs if tag in k["name"]) == sorted(launch_regs), ks
+    assert sorted(_wgmma_instance(k["name"]) for k in ks) == sorted(_WGMMA_INSTANCES), ks
     for k in ks:
-        regs = next(r for tag, r in launch_regs.items() if tag in k["name"])
-        assert k["arch"] == "sm_90a" and k["regs"] == regs and k["spill"] == 0, k
+        consumers = _wgmma_instance(k["name"])[1]
+        assert k["arch"] == "sm_90a" and k["regs"] == {2: 168, 3: 128}[consumers] and k["spill"] == 0, k
+
+
+def test_seed_a_instances_build_their_fragments_from_the_raw_boxes(compiled, ptx):
+    """wgmma_gemm_kernel<.., seed A = true>: A from registers (a brace list where the shared-memory form has
+    a descriptor), filled by transposing ldmatrix from the raw box, and the a_scale copies in 4-byte
+    cp.async (racecheck reported 16-byte ones: runs 121-122); the other instantiations keep both operands in
+    shared memory and never transpose."""
+    rc, _ = compiled["gemm_cuda_wgmma.cu"]
+    assert rc == 0
+    bodies = {n: b for n, b in _entries(ptx["gemm_cuda_wgmma.cu"]).items() if "wgmma_gemm_kernel" in n}
+    assert {_wgmma_instance(n) for n in bodies} == _WGMMA_INSTANCES
+    for name, body in bodies.items():
+        bn, _, _, seed_a = _wgmma_instance(name)
+        mma = rf"wgmma\.mma_async\.sync\.aligned\.m64n{bn}k32\.f32\.e4m3\.e4m3"
+        register_a = re.search(mma + r"[^;]*\},\s*\{%r\d+", body)
+        assert bool(register_a) == bool(seed_a), name[:90]
+        assert ("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in body) == bool(seed_a), name[:90]
+        copies = re.findall(r"cp\.async\.(c[ag])\.shared\.global\s+\[[^\]]+\],\s*\[[^\]]+\],\s*(\d+)", body)
+        assert copies and set(copies) == {("ca", "4")}, (name[:90], copies)
 
 
 def test_hand_written_wgmma_batches_stay_asynchronous(compiled):
@@ -201,7 +241,7 @@ def test_hand_written_wgmma_register_handoff_fits_the_cta(compiled, ptx):
     assert rc == 0
     regs = {k["name"]: k["regs"] for k in _kernels(log) if "wgmma_gemm_kernel" in k["name"]}
     bodies = {n: b for n, b in _entries(ptx["gemm_cuda_wgmma.cu"]).items() if "wgmma_gemm_kernel" in n}
-    assert len(regs) == 5 and bodies.keys() == regs.keys(), (sorted(regs), sorted(bodies))
+    assert len(regs) == len(_WGMMA_INSTANCES) and bodies.keys() == regs.keys(), (sorted(regs), sorted(bodies))
     for name, body in bodies.items():
         consumers = int(re.search(r"ILi\d+ELi(\d)E", name).group(1))
         dec, inc = _register_handoff(body)

@@ -73,6 +73,9 @@ SHAPES = [
     (31, 4104, 384),
     (640, 1920, 3072),
     (128, 128, 16384),
+    # Seed layout, a read as it is (GemmArgs::seed_a) by the hand-written kernels:
+    (5776, 512, 4096),  # 192x128, last M tile of 16 rows: two of its three raw A boxes wholly past M
+    (3008, 960, 1536),  # 128x192, last M tile of 64 rows, N tiles straddling two w_scale blocks
 ]
 
 
@@ -167,6 +170,32 @@ def test_seed_layout_takes_the_kernel_that_pick_seed_fused_names(cuda_kernel):
         names = _kernel_names(lambda args=args, c=c: cuda_kernel.gemm(*args, c))
         assert may_fuse or not any("seed_fused_kernel" in s for s in names), (what, names)
         assert_matches(cuda_kernel, c, p, f"seed, {what}")
+
+
+_SEED_A_KERNEL = re.compile(r"wgmma_gemm_kernel<\d+, \d, (?:true|false), true>")
+
+
+def test_seed_layout_reads_a_as_it_is_where_the_configuration_can(cuda_kernel):
+    """Where pick_seed_a (gemm_cuda_pick.h) names a configuration, N <= 1024 on the hand-written 128x128,
+    128x192 or 192x128 kernel, and M % 16 == 0, the seed layout's preparation pass transposes b alone and
+    the GEMM reads a as it is (wgmma_gemm_kernel<.., seed A = true>). Elsewhere (wider N, other
+    configurations, M % 16 != 0: no TMA on a) the pass transposes both and the GEMM reads the copy. Every
+    case computes the right answer."""
+    cases = (
+        ((6144, 512, 7168), True),  # 192x128
+        ((3008, 960, 1536), True),  # 128x192
+        ((1024, 576, 7168), True),  # 128x128 with a split tail
+        ((6144, 576, 7168), True),  # 128x192 with a split tail where the natural layout takes 192x144
+        ((6144, 1536, 2560), False),  # 128x192, but N > 1024
+        ((5800, 512, 4096), False),  # 192x128, but 5800 % 16 != 0
+    )
+    for (m, n, k), raw in cases:
+        p = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(_seeds))
+        c = poisoned_output(m, n, "cuda")
+        names = _kernel_names(lambda p=p, c=c: cuda_kernel.gemm(p.a, p.b, p.a_scale, p.b_scale, c))
+        assert any("seed_prep" in s for s in names), ((m, n, k), names)
+        assert any(_SEED_A_KERNEL.search(s) for s in names) == raw, ((m, n, k), names)
+        assert_matches(cuda_kernel, c, p, f"seed {m}x{n}x{k}")
 
 
 def test_runs_on_the_current_stream(cuda_kernel):

@@ -34,8 +34,10 @@ int main() {
   long long m, n, k;
   while (std::scanf("%lld %lld %lld", &m, &n, &k) == 3) {
     gemm_cuda::Tuning const t = gemm_cuda::pick_tuning(m, n, k);
-    std::printf("%d %d %d %d %d %d %d\n", t.cfg, t.raster, t.swizzle, t.splits, t.kslices, int(t.overlap_store),
-                int(gemm_cuda::pick_seed_fused(m, n, k)));
+    gemm_cuda::Tuning const s = gemm_cuda::pick_seed_a(m, n, k);
+    std::printf("%d %d %d %d %d %d ", t.cfg, t.raster, t.swizzle, t.splits, t.kslices, int(t.overlap_store));
+    std::printf("%d %d %d %d\n", int(gemm_cuda::pick_seed_fused(m, n, k)), int(gemm_cuda::seed_a_config(t.cfg)), s.cfg,
+                s.splits);
   }
 }
 """.replace("CONFIGS", str(CONFIGS)).replace("SMS", str(SMS))
@@ -63,7 +65,8 @@ def picks(exe: Path, shapes) -> dict[tuple[int, int, int], dict[str, int]]:
     out = subprocess.run(
         [str(exe)], input="".join(f"{m} {n} {k}\n" for m, n, k in shapes), capture_output=True, text=True, check=True
     ).stdout.splitlines()
-    keys = ("cfg", "raster", "swizzle", "splits", "kslices", "overlap_store", "seed_fused")
+    keys = ("cfg", "raster", "swizzle", "splits", "kslices", "overlap_store", "seed_fused", "seed_a")
+    keys += ("seed_a_cfg", "seed_a_splits")
     return {s: dict(zip(keys, map(int, line.split()), strict=True)) for s, line in zip(shapes, out, strict=True)}
 
 
@@ -217,3 +220,24 @@ def test_fused_seed_kernel_only_where_it_runs(pick_program):
         assert k <= 1024 or (tiles <= SMS and m + n >= 6144), (m, n, k)
     got = picks(pick_program, extra)
     assert [bool(got[s]["seed_fused"]) for s in extra] == [False, False, True, True]
+
+
+def test_seed_layout_reads_a_as_it_is_only_on_the_kernels_that_can(pick_program):
+    """seed_a_config: the hand-written kernels with one accumulator and whole 64-column output boxes (128x128,
+    128x192, 192x128) can read the seed's a (K, M) as it is; 192x144 (no registers left for A's fragments),
+    128x96 with two accumulators, CUTLASS's configurations and the decode kernel cannot. pick_seed_a takes
+    them only for N <= 1024 (runs 130-131: ahead at N = 512 and 576, level at 1536 and 3072, behind from
+    4096 on), the natural pick's configuration where it can, 128x192 with a split tail where that is
+    192x144."""
+    for shape, t in picks(pick_program, GRID).items():
+        assert t["seed_a"] == int(t["cfg"] in (WGMMA_128x128, WGMMA_128x192, WGMMA_192x128)), (shape, t)
+        n = shape[1]
+        if n > 1024 or not (t["seed_a"] or t["cfg"] == WGMMA_192x144):
+            assert t["seed_a_cfg"] == -1, (shape, t)
+        elif t["cfg"] == WGMMA_192x144:
+            assert (t["seed_a_cfg"], t["seed_a_splits"]) == (WGMMA_128x192, 8), (shape, t)
+        else:
+            assert (t["seed_a_cfg"], t["seed_a_splits"]) == (t["cfg"], t["splits"]), (shape, t)
+    got = picks(pick_program, CHALLENGE_PICKS)
+    reads_a = sorted(s for s, t in got.items() if t["seed_a_cfg"] >= 0)
+    assert reads_a == [(1024, 576, 7168), (6144, 512, 7168), (6144, 576, 7168)], reads_a
