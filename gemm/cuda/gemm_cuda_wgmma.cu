@@ -396,14 +396,6 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   static_assert(!kSeedA || (!kTwoAcc && BN % 64 == 0), "seed A: one accumulator, whole 64-column boxes");
   constexpr int kBlockM = L::kBlockM;
   constexpr int kBoxWidth = seed_box_width<kConsumers>();  // kSeedA: the raw A boxes' M bytes
-  // kSeedA: the next block's A fragments loaded during the promotion (see k_block), where the consumers'
-  // registers hold them beside `out`, `acc` and 48 more (128x128 tiles: 192 of 224). An experiment, built
-  // only with GEMM_SEED_A_EARLY_FRAGMENTS (not yet measured: NOTES.md).
-#ifdef GEMM_SEED_A_EARLY_FRAGMENTS
-  constexpr bool kEarlyFragments = kSeedA && BN + 16 + 48 <= L::kConsumerRegs;
-#else
-  constexpr bool kEarlyFragments = false;
-#endif
   extern __shared__ uint8_t smem_raw[];
   // Aligned in the shared address space itself (32-bit arithmetic): aligning the generic pointer made
   // ptxas recompute it from special registers (S2UR SR_CgaCtaId, SR_SWINHI) at the top of every K block.
@@ -519,11 +511,9 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
     // probed while the batch runs (unconditionally: ptxas kept a probe behind a branch after the promotion).
     int s = ring_stage<L::kStages>(it);
     bar_wait(full_bar + 8 * s, ring_parity<L::kStages>(it));
-    // kSeedA: whether a_frag holds stage s's fragments already (loaded during the previous block's promotion).
-    bool loaded = false;
     auto k_block = [&](int kb, auto first) {
       if constexpr (kSeedA) {
-        if (!loaded) load_seed_a<kBoxWidth>(a_frag, base + s * L::kBytesA, a_off, sel_even);
+        load_seed_a<kBoxWidth>(a_frag, base + s * L::kBytesA, a_off, sel_even);
         issue_batch_rs<BN>(acc, a_frag, desc_b0 + static_cast<uint64_t>(s * (L::kBytesB >> 4)));
       } else {
         issue_batch<BN>(acc, desc_a0 + static_cast<uint64_t>(s * (L::kBytesA >> 4)),
@@ -548,16 +538,6 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
       }
       bar_arrive(empty_bar + 8 * s);  // this thread is done with the stage's operands and scales
       bool const probed = bar_test(full_bar + 8 * ns, nparity);
-      if constexpr (kSeedA) {
-        // The next block's fragments now, if its stage has landed, so that their loads run beside the
-        // promotion instead of before the next batch's issue (lane 0's probe: the same for the whole warp).
-        // Only where the registers allow: the fragments then live through the promotion beside `out` and
-        // `acc` (128x192 and 192x128 tiles spilled in the K-block loop, compiled here).
-        if constexpr (kEarlyFragments) {
-          loaded = kb + 1 != kb1 && __shfl_sync(0xffffffffu, static_cast<int>(probed), 0) != 0;
-          if (loaded) load_seed_a<kBoxWidth>(a_frag, base + ns * L::kBytesA, a_off, sel_even);
-        }
-      }
       promote_cols<BN, decltype(first)::value>(unaligned, offset, out, acc, a0, a1, b.x, b.y);
       // The next tile's first stage is waited for at that tile's start.
       if (kb + 1 != kb1 && !probed) bar_wait(full_bar + 8 * ns, nparity);
