@@ -26,8 +26,9 @@ struct Tuning {
   // without the copies between CTAs (wrong results by design; builds with GEMM_SEED_DSMEM_EXPERIMENT only,
   // else the call fails).
   int seed_fused = -1;
-  // Seed layout, on the preparation path: -1 where pick_seed_a says, 1 always (the call fails where the
-  // configuration cannot: seed_a_config), 0 never. With it the preparation transposes b alone and the GEMM
+  // Seed layout, on the preparation path: -1 where pick_seed_a says (with a forced configuration, cfg >= 0:
+  // wherever that configuration can), 1 always (the call fails where no configuration can: seed_a_config),
+  // 0 never. With it the preparation transposes b alone and the GEMM
   // reads a as it is (GemmArgs::seed_a); without it the preparation transposes both.
   int seed_a = -1;
 };
@@ -284,25 +285,33 @@ inline bool seed_a_config(int cfg) {
   return cfg == kSquare128Config || cfg == kWide192Config || cfg == kTall192Config;
 }
 
-// Seed layout: the configuration whose GEMM reads a as it is after a preparation pass over b alone, or
-// cfg = -1 where the pass over a and b, then the natural path's pick, is faster. Reading a so saves the pass
-// 2 M K bytes but slows each K block (A's fragments come through registers: 1.11-1.24x the natural kernel's
-// time, 128x128 tiles to 128x192), so it wins where a is large against the GEMM, i.e. N is small. Measured
-// (runs 130-131, tests/cuda/config_sweep.py `sraw` against `sprep`, us): 6144x512x7168 49.2 against 67.4,
-// 1024x576x7168 27.5 / 29.7, 6144x576x7168 64.4 / 72.1 (128x192 tiles with a split tail: its 192x144 pick
-// cannot read a so); even at 6144x1536x7168 (138.9 / 140.4) and 1024x3072x1536 (20.1 / 20.5); behind from
-// N = 4096 on (6144x4608x7168 398 / 357, 8192^3 1114 / 952, 6144x7168x256 39.6 / 36.9).
-inline Tuning pick_seed_a(int64_t M, int64_t N, int64_t K) {
+// Seed layout: the configuration that reads a as it is for this shape, or cfg = -1 for none: the natural
+// path's pick where seed_a_config allows, 128x192 tiles with a split tail where that pick is 192x144
+// (measured at 6144x576x7168, run 131: 64.4 us against 67.3 for 128x128 tiles and 69.7 for 192x128 in 4
+// pieces).
+inline Tuning seed_a_tuning(int64_t M, int64_t N, int64_t K) {
   Tuning t = pick_tuning(M, N, K);
-  if (N > 1024) {
-    t.cfg = -1;
-  } else if (t.cfg == kTall144Config) {
+  if (t.cfg == kTall144Config) {
     t.cfg = kWide192Config;
     t.splits = 8;
     t.raster = 0;
   } else if (!seed_a_config(t.cfg)) {
     t.cfg = -1;
   }
+  return t;
+}
+
+// Seed layout: seed_a_tuning where reading a as it is, after a preparation pass over b alone, beats the pass
+// over a and b and then the natural path's pick; cfg = -1 elsewhere. Reading a so saves the pass 2 M K
+// bytes but slows each K block (A's fragments come through registers: 1.11-1.2x the natural kernel's time,
+// 128x128 tiles to 128x192), so it wins where a is large against the GEMM, i.e. N is small. Measured (runs
+// 130-131, tests/cuda/config_sweep.py, us, reading a so against the old path): 6144x512x7168 49.2 / 67.4,
+// 1024x576x7168 27.5 / 29.7, 6144x576x7168 64.4 / 72.1 (`seedraw7p8` against `spick`); level at
+// 6144x1536x7168 (138.9 / 140.4) and 1024x3072x1536 (20.1 / 20.5); behind from N = 4096 on
+// (6144x4608x7168 398 / 357, 8192^3 1114 / 952, 6144x7168x256 39.6 / 36.9).
+inline Tuning pick_seed_a(int64_t M, int64_t N, int64_t K) {
+  Tuning t = seed_a_tuning(M, N, K);
+  if (N > 1024) t.cfg = -1;
   return t;
 }
 

@@ -58,7 +58,7 @@ using namespace sm90;
 constexpr int kOutChunk = 64 * 128;
 // wgmma_gemm_kernel<.., kSeedA>: the width in M bytes of the raw A boxes, each 128 K rows: one box of 128
 // for two consumer warpgroups, one of 64 per warpgroup for three. (Boxes of 64 for two made the 128x192
-// kernel 2-6 % slower: run 131.)
+// kernel 2-7 % slower: run 131.)
 template <int kConsumers>
 constexpr int seed_box_width() {
   return kConsumers == 2 ? 128 : 64;
@@ -195,9 +195,9 @@ __device__ __forceinline__ bool split_fixup(float *out, float *partials, unsigne
 // through its 128-byte-swizzled shared-memory boxes of 64 columns at out_base, then TMA stores (clipped at
 // M, N). Columns past the last whole box (16 of BN = 144) go straight to global memory: 4 lanes write a
 // row's 16 contiguous bytes of each 8-column group, clipped at M and N (N % 8 == 0).
-// kPairedRows: the fused seed kernel's accumulator rows, where the fragment's rows r and r + 8 of each
-// warp's 16 hold the block's rows 2 (r % 8) and 2 (r % 8) + 1 (its A fragments come from a transposing
-// ldmatrix, see seed_fused_kernel).
+// kPairedRows: the accumulator rows of the kernels that build their A fragments with a transposing ldmatrix
+// (load_seed_a: the fused seed kernel, wgmma_gemm_kernel<.., kSeedA>), where the fragment's rows r and r + 8
+// of each warp's 16 hold the block's rows 2 (r % 8) and 2 (r % 8) + 1.
 template <int BN, bool kPairedRows = false>
 __device__ __forceinline__ void store_block(float const *out, uint32_t out_base, CUtensorMap const *map_d,
                                             __nv_bfloat16 *d, int64_t ldd, int row, int col, int M, int N,
@@ -311,8 +311,7 @@ __device__ __forceinline__ void issue_batch_rs(float *acc, uint32_t *a, uint64_t
 // A warp's A fragments of one K block (16 registers: 4 per 32-deep step) from an M-major box, K rows of
 // `row_bytes` (64 or 128) in shared memory, 32 K rows apart per step: one transposing ldmatrix and 4 prmt per
 // step. `off` is the lane's address in the box's first step (seed_a_offset), `sel_even` its seed_sel(c, false);
-// the fragment's rows come paired
-// (rows 2g, 2g + 1 where the fragment wants g, g + 8; see seed_krow).
+// the fragment's rows come paired (rows 2g, 2g + 1 where the fragment wants g, g + 8; see seed_krow).
 template <int kRowBytes>
 __device__ __forceinline__ void load_seed_a(uint32_t *a, uint32_t box, uint32_t off, uint32_t sel_even) {
   uint32_t const sel_odd = sel_even + 0x1111u;  // seed_sel: each selector nibble one byte further

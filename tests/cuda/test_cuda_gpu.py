@@ -76,6 +76,9 @@ SHAPES = [
     # Seed layout, a read as it is (GemmArgs::seed_a) by the hand-written kernels:
     (5776, 512, 4096),  # 192x128, last M tile of 16 rows: two of its three raw A boxes wholly past M
     (3008, 960, 1536),  # 128x192, last M tile of 64 rows, N tiles straddling two w_scale blocks
+    # the same with partial N tiles and N % 8 != 0 (padded w and output); added after run 132, not yet run
+    (3008, 954, 1536),  # 128x192
+    (6144, 508, 7168),  # 192x128
 ]
 
 
