@@ -12,9 +12,9 @@
 // launch (gemm_cuda_prep.cu) transposes b and b_scale into K-major scratch, and the natural path's
 // configuration runs, launched as the preparation's programmatic dependent (GemmArgs::pdl), reading a and
 // a_scale as they are where pick_seed_a says (GemmArgs::seed_a: N <= 1024 on the hand-written 128x128,
-// 128x192 and 192x128 kernels, M % 16 == 0); elsewhere the preparation transposes a and a_scale too. Where pick_seed_fused says
-// (short K, or one wave of tiles with M + N >= 6144), a fused seed kernel reads a and b as they are instead
-// (kSeedFusedOnTheOpsPath). See NOTES.md.
+// 128x192 and 192x128 kernels, M % 16 == 0); elsewhere the preparation transposes a and a_scale too.
+// Where pick_seed_fused says (short K, or one wave of tiles with M + N >= 6144), a fused seed kernel reads
+// a and b as they are instead (kSeedFusedOnTheOpsPath). See NOTES.md.
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
@@ -22,7 +22,6 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <mutex>
 #include <vector>
@@ -230,11 +229,8 @@ void seed_with_config(at::Tensor &c, at::Tensor const &a, at::Tensor const &b, a
   if (tuning.cfg < 0 && fits_int) {  // forced to read a so (Tuning::seed_a = 1): at any N
     picked = tuning.seed_a < 0 ? pick_seed_a(M, N, K) : seed_a_tuning(M, N, K);
   }
-  GemmArgs probe{};
-  probe.x = a.data_ptr();
-  probe.sx = a_scale.data_ptr<float>();
-  probe.M = static_cast<int>(std::min<int64_t>(M, INT32_MAX));
-  bool const seed_a = tuning.seed_a != 0 && fits_int && seed_a_config(picked.cfg) && seed_a_fits(probe);
+  bool const seed_a = tuning.seed_a != 0 && fits_int && seed_a_config(picked.cfg) &&
+                      seed_a_fits(a.data_ptr(), a_scale.data_ptr<float>(), M);
   TORCH_CHECK(tuning.seed_a <= 0 || seed_a, "gemm (cuda): Tuning::seed_a = 1, but no configuration reads this a as ",
               "it is (configuration ", picked.cfg, ", M % 16 == 0 and 16-byte aligned a needed)");
   if (seed_a) {

@@ -49,7 +49,7 @@ struct GemmArgs {
   // whether the problem allows it (M % 16 == 0, aligned pointers).
   bool seed_a = false;
 };
-bool seed_a_fits(GemmArgs const &g);
+bool seed_a_fits(void const *a, float const *a_scale, int64_t M);
 
 // Launches kKernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent of the stream's
 // previous kernel when pdl (GemmArgs::pdl; the kernel must begin with griddepcontrol.wait). Opts in to

@@ -73,7 +73,8 @@ __device__ __forceinline__ void transpose_tile(uint8_t const *__restrict__ src, 
 struct PrepParams {
   PrepArgs p;
   int64_t KB, NB;
-  int64_t tiles_a, tiles_b;  // vectorized tiles (0 when that operand goes through the byte path)
+  int64_t tiles_a, tiles_b;  // vectorized tiles (0 when that operand goes through the byte path, or not at all)
+  int64_t scales_a;  // x_scale entries to write (0 with b_only)
   int64_t tiles_m, tiles_n;  // tile columns per operand
 };
 
@@ -92,7 +93,7 @@ __global__ void __launch_bounds__(kThreads) seed_prep_kernel(PrepParams const q)
   }
   bid -= q.tiles_b;
   // Scales, in output order (coalesced writes; the reads are small and strided).
-  int64_t const total_a = p.b_only ? 0 : p.M * q.KB, total = total_a + q.NB * q.KB;
+  int64_t const total_a = q.scales_a, total = total_a + q.NB * q.KB;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     int64_t const e = bid * kScalePerBlock + i * kThreads + threadIdx.x;
@@ -133,19 +134,21 @@ cudaError_t launch_seed_prep(PrepArgs const &p, cudaStream_t stream) {
   q.p = p;
   q.KB = p.K / kTT;
   q.NB = (p.N + kTT - 1) / kTT;
-  bool const vec_a = p.b_only || ((p.M % 16 == 0) && aligned16(p.a) && aligned16(p.x));
+  bool const with_a = !p.b_only;
+  bool const vec_a = (p.M % 16 == 0) && aligned16(p.a) && aligned16(p.x);
   bool const vec_b = (p.N % 16 == 0) && aligned16(p.b) && aligned16(p.w);
   q.tiles_m = (p.M + kTT - 1) / kTT;
   q.tiles_n = (p.N + kTT - 1) / kTT;
-  q.tiles_a = vec_a && !p.b_only ? (p.K / kTT) * q.tiles_m : 0;
+  q.tiles_a = with_a && vec_a ? (p.K / kTT) * q.tiles_m : 0;
   q.tiles_b = vec_b ? (p.K / kTT) * q.tiles_n : 0;
-  int64_t const scale_blocks = ((p.b_only ? 0 : p.M * q.KB) + q.NB * q.KB + kScalePerBlock - 1) / kScalePerBlock;
+  q.scales_a = with_a ? p.M * q.KB : 0;
+  int64_t const scale_blocks = (q.scales_a + q.NB * q.KB + kScalePerBlock - 1) / kScalePerBlock;
   int64_t const blocks = q.tiles_a + q.tiles_b + scale_blocks;
   if (blocks >= INT32_MAX) return cudaErrorInvalidValue;
   seed_prep_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(q);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  if (!vec_a) {
+  if (with_a && !vec_a) {
     dim3 grid(static_cast<unsigned>((p.M + 31) / 32), static_cast<unsigned>((p.K + 31) / 32));
     if (grid.y >= 65536) return cudaErrorInvalidValue;
     transpose_bytes_kernel<<<grid, dim3(32, 8), 0, stream>>>(p.a, p.x, p.K, p.M);

@@ -1,6 +1,7 @@
 // PTX wrappers and tensor-map encoding shared by the hand-written sm_90a kernels (gemm_cuda_wgmma.cu,
 // gemm_cuda_decode.cu): mbarriers and the stage ring built on them, TMA loads and stores, 4-byte cp.async
-// tracked by an mbarrier, shared-memory loads, wgmma shared-memory descriptors.
+// tracked by an mbarrier, shared-memory loads, wgmma shared-memory descriptors, one K block's wgmma batch
+// (A from shared memory or from registers).
 #pragma once
 
 #include <cuda.h>  // CUtensorMap and its enums (types only: the encoder is fetched from the driver at run time)
@@ -217,6 +218,34 @@ __device__ __forceinline__ void issue_batch(float *acc, uint64_t da, uint64_t db
 #pragma unroll
   for (int k = 0; k < kBlockK / 32; ++k) {
     mma<GmmaOp<N>>(da + 2 * k, db + 2 * k, acc, k > 0, std::make_integer_sequence<int, N / 2>{});
+  }
+  cute::warpgroup_commit_batch();
+}
+
+// The same with A from registers (4 per 32-deep step: the fragments of the seed kernels in gemm_cuda_wgmma.cu)
+// and B K-major in shared memory: cute's selector.
+template <int N>
+using GmmaRsOp = decltype(cute::SM90::GMMA::rs_op_selector<cute::float_e4m3_t, cute::float_e4m3_t, float,
+                                                           cute::Shape<cute::_64, cute::Int<N>, cute::_32>>());
+
+template <int N, int... I>
+__device__ __forceinline__ void mma_rs(uint32_t const *a, uint64_t db, float *d, bool accumulate,
+                                       std::integer_sequence<int, I...>) {
+  GmmaRsOp<N>::fma(a[0], a[1], a[2], a[3], db, d[I]...,
+                   accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
+}
+
+// One K block's batch with A from registers (16 per thread: 4 per 32-deep step) and B K-major in shared
+// memory.
+template <int N>
+__device__ __forceinline__ void issue_batch_rs(float *acc, uint32_t *a, uint64_t db) {
+  fence_all<N>(acc);
+#pragma unroll
+  for (int i = 0; i < 16; ++i) cute::warpgroup_fence_operand(a[i]);
+  cute::warpgroup_arrive();
+#pragma unroll
+  for (int k = 0; k < kBlockK / 32; ++k) {
+    mma_rs<N>(a + 4 * k, db + 2 * k, acc, k > 0, std::make_integer_sequence<int, N / 2>{});
   }
   cute::warpgroup_commit_batch();
 }

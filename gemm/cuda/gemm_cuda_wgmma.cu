@@ -281,33 +281,6 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t
                : "memory");
 }
 
-// wgmma m64nNk32 with A from registers (the fragments below) and B K-major in shared memory: cute's selector.
-template <int N>
-using GmmaRsOp = decltype(cute::SM90::GMMA::rs_op_selector<cute::float_e4m3_t, cute::float_e4m3_t, float,
-                                                           cute::Shape<cute::_64, cute::Int<N>, cute::_32>>());
-
-template <int N, int... I>
-__device__ __forceinline__ void mma_rs(uint32_t const *a, uint64_t db, float *d, bool accumulate,
-                                       std::integer_sequence<int, I...>) {
-  GmmaRsOp<N>::fma(a[0], a[1], a[2], a[3], db, d[I]...,
-                   accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
-}
-
-// One K block's batch with A from registers (16 per thread: 4 per 32-deep step) and B K-major in shared
-// memory.
-template <int N>
-__device__ __forceinline__ void issue_batch_rs(float *acc, uint32_t *a, uint64_t db) {
-  fence_all<N>(acc);
-#pragma unroll
-  for (int i = 0; i < 16; ++i) cute::warpgroup_fence_operand(a[i]);
-  cute::warpgroup_arrive();
-#pragma unroll
-  for (int k = 0; k < kBlockK / 32; ++k) {
-    mma_rs<N>(a + 4 * k, db + 2 * k, acc, k > 0, std::make_integer_sequence<int, N / 2>{});
-  }
-  cute::warpgroup_commit_batch();
-}
-
 // A warp's A fragments of one K block (16 registers: 4 per 32-deep step) from an M-major box, K rows of
 // `row_bytes` (64 or 128) in shared memory, 32 K rows apart per step: one transposing ldmatrix and 4 prmt per
 // step. `off` is the lane's address in the box's first step (seed_a_offset), `sel_even` its seed_sel(c, false);
@@ -958,7 +931,7 @@ int run_wgmma_as(GemmArgs const &g, void *workspace, cudaStream_t stream) {
   constexpr int kBlockM = L::kBlockM;
   // bf16 output only, K a whole number of blocks, TMA's 16-byte row strides and base addresses.
   if (g.kslices != 1 || g.K % kBlockK != 0 || g.N % 8 != 0 || g.ldd % 8 != 0 || g.splits < 1 ||
-      (reinterpret_cast<uintptr_t>(g.d) & 15) != 0 || (kSeedA && !seed_a_fits(g))) {
+      (reinterpret_cast<uintptr_t>(g.d) & 15) != 0 || (kSeedA && !seed_a_fits(g.x, g.sx, g.M))) {
     return -static_cast<int>(cudaErrorInvalidValue);
   }
   CUtensorMap map_x, map_w, map_d;
@@ -998,10 +971,10 @@ int run_wgmma(GemmArgs const &g, void *workspace, cudaStream_t stream) {
 
 }  // namespace
 
-bool seed_a_fits(GemmArgs const &g) {
+bool seed_a_fits(void const *a, float const *a_scale, int64_t M) {
   // TMA: a's rows (M bytes) 16-byte strided and based; the scales are copied 4 bytes at a time.
-  return g.M > 0 && g.M % 16 == 0 && (reinterpret_cast<uintptr_t>(g.x) & 15) == 0 &&
-         (reinterpret_cast<uintptr_t>(g.sx) & 3) == 0;
+  return M > 0 && M % 16 == 0 && (reinterpret_cast<uintptr_t>(a) & 15) == 0 &&
+         (reinterpret_cast<uintptr_t>(a_scale) & 3) == 0;
 }
 
 // The timing-only diagnostic (seed_fused_share_kernel): g.share = 2 or 4 CTAs a cluster with the copies
