@@ -90,6 +90,8 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
   TORCH_CHECK(cfg != kDecodeConfig || M <= 64, "gemm (cuda): the decode configuration takes M <= 64, got M=", M);
   TORCH_CHECK(!seed_a || seed_a_config(cfg), "gemm (cuda): configuration ", kConfigs[cfg].name,
               " does not read the seed layout's a as it is");
+  TORCH_CHECK(tuning.seed_probe == 0 || (!seed_a && seed_a_config(cfg)), "gemm (cuda): Tuning::seed_probe ",
+              "times the seed-A kernel of configuration 6, 7 or 8 on a natural call; got configuration ", cfg);
   // fp32 partials per K slice: always for the K-sliced configuration, for the decode one from 2 slices.
   bool const sliced = cfg == kKSliceConfig || (cfg == kDecodeConfig && tuning.kslices > 1);
   int const slices = sliced ? tuning.kslices : 1;
@@ -128,7 +130,8 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
   g.swizzle = tuning.swizzle;
   g.splits = tuning.splits;
   g.overlap_store = tuning.overlap_store;
-  g.seed_a = seed_a;
+  g.seed_a = seed_a || tuning.seed_probe > 0;  // a probe reads x's bytes as if they were a (K, M)
+  g.seed_probe = tuning.seed_probe;
 
   size_t const ws_bytes = kConfigs[cfg].workspace(g);
   at::Tensor workspace;

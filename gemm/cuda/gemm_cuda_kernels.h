@@ -48,6 +48,9 @@ struct GemmArgs {
   // a_scale (K/128, M); w and sw as above (the preparation pass transposed b alone). seed_a_fits says
   // whether the problem allows it (M % 16 == 0, aligned pointers).
   bool seed_a = false;
+  // With seed_a, one of the seed-A kernel's timing-only probes (SeedProbe in gemm_cuda_wgmma.cu; 0: none):
+  // wrong results by design, in builds with GEMM_SEED_A_EXPERIMENT only (cudaErrorInvalidValue in others).
+  int seed_probe = 0;
 };
 bool seed_a_fits(void const *a, float const *a_scale, int64_t M);
 

@@ -31,6 +31,10 @@ struct Tuning {
   // 0 never. With it the preparation transposes b alone and the GEMM
   // reads a as it is (GemmArgs::seed_a); without it the preparation transposes both.
   int seed_a = -1;
+  // Natural layout only (natural_with_config): > 0 runs the seed-A kernel of the forced configuration on x's
+  // bytes as if they were a (K, M), timing only (wrong results): 1 the kernel as shipped, 2-5 its probes
+  // (SeedProbe in gemm_cuda_wgmma.cu; builds with GEMM_SEED_A_EXPERIMENT only, else the call fails).
+  int seed_probe = 0;
 };
 
 constexpr int64_t kBlock = 128;  // K block: one x_scale / w_scale entry's extent along K

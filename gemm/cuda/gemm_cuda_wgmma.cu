@@ -64,6 +64,22 @@ constexpr int seed_box_width() {
   return kConsumers == 2 ? 128 : 64;
 }
 
+// The seed-A kernel's timing-only probes (GemmArgs::seed_probe, builds with GEMM_SEED_A_EXPERIMENT only):
+// each leaves out part of what reading a as it is adds to the natural kernel's K block, to find which part
+// costs the 1.11-1.2x (runs 130-132). Wrong results by design; the sweep times them on natural-layout calls,
+// x's bytes read as if they were a (K, M) (tests/cuda/config_sweep.py, knob q).
+enum SeedProbe : int {
+  kProbeNone = 0,     // the kernel as shipped
+  kProbeShipped = 1,  // the same kernel, on a natural call's bytes (no probe kernel: GemmArgs::seed_a alone)
+  kProbeNoLoads = 2,  // RS wgmma on fragments built once per CTA: no ldmatrix / prmt per K block
+  kProbeLoadsSs = 3,  // the fragments built every K block and kept, but wgmma reads A from the raw box (SS)
+  kProbeSsOnly = 4,   // neither: SS wgmma on the raw box (the seed layout's TMA boxes and scale copies alone)
+  // The staged form's work: the fragments built every K block, written back K-major (one stmatrix per 32-deep
+  // step), proxy fence, warpgroup barrier, SS wgmma on them. Written over the stage's raw box while other
+  // warps still read it (a real staged kernel needs a buffer of its own: 8 KB a warpgroup).
+  kProbeStaged = 5,
+};
+
 // An M tile of 64 rows per consumer warpgroup (each issues m64 wgmma), BN columns.
 template <int BN, int kConsumers>
 struct Layout {
@@ -350,19 +366,24 @@ struct Schedule {
   }
 };
 
+#ifdef GEMM_WGMMA_DEVICE
 // kTwoAcc: two batch accumulators per consumer warpgroup, so that each K block's batch runs on the tensor
 // cores while the previous block is promoted (out + 2 x BN / 2 registers: BN <= 128 with two consumers).
 // kSeedA: x is the seed layout's a (K, M), read as it is, and sx its a_scale (K/128, M) (GemmArgs::seed_a):
 // the tile's rows come as raw boxes of 128 K rows x kBoxWidth M bytes (seed_box_width), and each consumer
 // warp builds its wgmma A fragments from them in registers (load_seed_a), the accumulator rows paired.
-template <int BN, int kConsumers, bool kTwoAcc, bool kSeedA = false>
-__global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
-    wgmma_gemm_kernel(__grid_constant__ CUtensorMap const map_x, __grid_constant__ CUtensorMap const map_w,
-                      __grid_constant__ CUtensorMap const map_d, __nv_bfloat16 *d, int64_t ldd,
-                      float const *__restrict__ sx, float const *__restrict__ sw, int M, int N, Schedule sched,
-                      float *partials, unsigned *counters) {
-#ifdef GEMM_WGMMA_DEVICE
+// kProbe (kSeedA only; kProbeNone in every kernel the op runs): one of the timing-only diagnostics of
+// wgmma_seed_probe_kernel (SeedProbe), wrong results by design.
+template <int BN, int kConsumers, bool kTwoAcc, bool kSeedA, int kProbe>
+__device__ __forceinline__ void wgmma_gemm_body(CUtensorMap const *map_x_ptr, CUtensorMap const *map_w_ptr,
+                                                CUtensorMap const *map_d_ptr, __nv_bfloat16 *d, int64_t ldd,
+                                                float const *__restrict__ sx, float const *__restrict__ sw, int M,
+                                                int N, Schedule sched, float *partials, unsigned *counters) {
   using L = Layout<BN, kConsumers>;
+  static_assert(kProbe == kProbeNone || kSeedA, "the probes change the seed-A kernel only");
+  CUtensorMap const &map_x = *map_x_ptr;
+  CUtensorMap const &map_w = *map_w_ptr;
+  CUtensorMap const &map_d = *map_d_ptr;
   static_assert(!kTwoAcc || (kConsumers == 2 && BN <= 128), "two batch accumulators fit 2 consumers, BN <= 128");
   // The A fragments take 16 registers beside the two accumulators, and the paired rows need whole boxes.
   static_assert(!kSeedA || (!kTwoAcc && BN % 64 == 0), "seed A: one accumulator, whole 64-column boxes");
@@ -458,6 +479,14 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
                                       (64 * cw / kBoxWidth) * kBlockK * kBoxWidth
                                 : 0;
   uint32_t const sel_even = seed_sel(lane % 4, false);
+  uint32_t probe_sink = 0;  // kProbeLoadsSs: the fragments' xor, stored where M < 0 (never)
+  // kProbeStaged: the byte offset of the row this lane addresses in stmatrix (matrix lane / 8: rows 8 apart
+  // for odd matrices, the step's second 16 K bytes from matrix 2 on), in its warpgroup's K-major tile.
+  uint32_t const staged_row = 128 * (16 * warp + 8 * (lane / 8 % 2) + lane % 8);
+  if constexpr (kProbe == kProbeNoLoads) {  // fragments that are not zero (zeros would draw less power)
+#pragma unroll
+    for (int i = 0; i < 16; ++i) a_frag[i] = (0x01010101u * (lane + 1)) ^ (0x3C5A9600u + 0x1F3u * i);
+  }
   // Stage 0's x_scale of this thread's rows r and r + 8 (the fragment rows below), and its w_scale pair;
   // kSeedA: of its paired rows 2g, 2g + 1 (g = lane / 4), 4 bytes apart.
   uint32_t const scale_x0 = base + L::kOffScale + 4 * (64 * cw + 16 * warp + (kSeedA ? 2 : 1) * (lane / 4));
@@ -484,7 +513,30 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
     int s = ring_stage<L::kStages>(it);
     bar_wait(full_bar + 8 * s, ring_parity<L::kStages>(it));
     auto k_block = [&](int kb, auto first) {
-      if constexpr (kSeedA) {
+      if constexpr (kProbe == kProbeNoLoads) {
+        issue_batch_rs<BN>(acc, a_frag, desc_b0 + static_cast<uint64_t>(s * (L::kBytesB >> 4)));
+      } else if constexpr (kProbe == kProbeStaged) {
+        load_seed_a<kBoxWidth>(a_frag, base + s * L::kBytesA, a_off, sel_even);
+        uint32_t const tile = base + s * L::kBytesA + cw * 64 * kBlockK;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          stmatrix_x4(tile + staged_row + (((2 * q + lane / 16) ^ (staged_row / 128 % 8)) << 4), a_frag[4 * q],
+                      a_frag[4 * q + 1], a_frag[4 * q + 2], a_frag[4 * q + 3]);
+        }
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the writes, visible to wgmma
+        named_sync(1 + cw);
+        issue_batch<BN>(acc, desc_a0 + static_cast<uint64_t>(s * (L::kBytesA >> 4)),
+                        desc_b0 + static_cast<uint64_t>(s * (L::kBytesB >> 4)));
+      } else if constexpr (kProbe == kProbeLoadsSs || kProbe == kProbeSsOnly) {
+        if constexpr (kProbe == kProbeLoadsSs) {  // kept alive by probe_sink: ptxas drops unused loads
+          load_seed_a<kBoxWidth>(a_frag, base + s * L::kBytesA, a_off, sel_even);
+#pragma unroll
+          for (int i = 0; i < 16; ++i) probe_sink ^= a_frag[i];
+        }
+        // The raw box read as if it were the K-major tile (the same bytes of the stage).
+        issue_batch<BN>(acc, desc_a0 + static_cast<uint64_t>(s * (L::kBytesA >> 4)),
+                        desc_b0 + static_cast<uint64_t>(s * (L::kBytesB >> 4)));
+      } else if constexpr (kSeedA) {
         load_seed_a<kBoxWidth>(a_frag, base + s * L::kBytesA, a_off, sel_even);
         issue_batch_rs<BN>(acc, a_frag, desc_b0 + static_cast<uint64_t>(s * (L::kBytesB >> 4)));
       } else {
@@ -601,7 +653,37 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
   }
   if (pending) store_block<BN, kSeedA>(out, out_base, &map_d, d, ldd, store_row, store_col, M, N, 1 + cw, t128);
   if (t128 == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  if constexpr (kProbe == kProbeLoadsSs) {
+    if (M < 0) reinterpret_cast<uint32_t *>(d)[t128] = probe_sink;
+  }
+}
 #endif  // GEMM_WGMMA_DEVICE
+
+// The kernel of configurations 6, 7, 8, 10 and 11 (on either form of x with kSeedA, see wgmma_gemm_body).
+template <int BN, int kConsumers, bool kTwoAcc, bool kSeedA = false>
+__global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
+    wgmma_gemm_kernel(__grid_constant__ CUtensorMap const map_x, __grid_constant__ CUtensorMap const map_w,
+                      __grid_constant__ CUtensorMap const map_d, __nv_bfloat16 *d, int64_t ldd,
+                      float const *__restrict__ sx, float const *__restrict__ sw, int M, int N, Schedule sched,
+                      float *partials, unsigned *counters) {
+#ifdef GEMM_WGMMA_DEVICE
+  wgmma_gemm_body<BN, kConsumers, kTwoAcc, kSeedA, kProbeNone>(&map_x, &map_w, &map_d, d, ldd, sx, sw, M, N, sched,
+                                                               partials, counters);
+#endif
+}
+
+// The seed-A kernel with one of the timing-only probes (SeedProbe), wrong results by design. Instantiated
+// only by builds with GEMM_SEED_A_EXPERIMENT (run_wgmma), never by the shipped one.
+template <int BN, int kConsumers, int kProbe>
+__global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
+    wgmma_seed_probe_kernel(__grid_constant__ CUtensorMap const map_x, __grid_constant__ CUtensorMap const map_w,
+                            __grid_constant__ CUtensorMap const map_d, __nv_bfloat16 *d, int64_t ldd,
+                            float const *__restrict__ sx, float const *__restrict__ sw, int M, int N,
+                            Schedule sched, float *partials, unsigned *counters) {
+#ifdef GEMM_WGMMA_DEVICE
+  wgmma_gemm_body<BN, kConsumers, false, true, kProbe>(&map_x, &map_w, &map_d, d, ldd, sx, sw, M, N, sched,
+                                                       partials, counters);
+#endif
 }
 
 
@@ -925,7 +1007,17 @@ size_t workspace_wgmma(GemmArgs const &g) {
   return partials_bytes<BN, kConsumers>(sched) + counter_bytes<kConsumers>(sched);
 }
 
-template <int BN, int kConsumers, bool kTwoAcc = false, bool kSeedA = false>
+// The kernel to launch: the op's, or a probe's (SeedProbe).
+template <int BN, int kConsumers, bool kTwoAcc, bool kSeedA, int kProbe>
+constexpr auto wgmma_kernel() {
+  if constexpr (kProbe > kProbeShipped) {
+    return &wgmma_seed_probe_kernel<BN, kConsumers, kProbe>;
+  } else {
+    return &wgmma_gemm_kernel<BN, kConsumers, kTwoAcc, kSeedA>;
+  }
+}
+
+template <int BN, int kConsumers, bool kTwoAcc = false, bool kSeedA = false, int kProbe = kProbeNone>
 int run_wgmma_as(GemmArgs const &g, void *workspace, cudaStream_t stream) {
   using L = Layout<BN, kConsumers>;
   constexpr int kBlockM = L::kBlockM;
@@ -956,15 +1048,34 @@ int run_wgmma_as(GemmArgs const &g, void *workspace, cudaStream_t stream) {
     if (err != cudaSuccess) return -static_cast<int>(err);
   }
   int const grid = std::min(sched.units(), g.sm_count);
-  cudaError_t const err = launch_kernel<wgmma_gemm_kernel<BN, kConsumers, kTwoAcc, kSeedA>>(
+  cudaError_t const err = launch_kernel<wgmma_kernel<BN, kConsumers, kTwoAcc, kSeedA, kProbe>()>(
       grid, L::kThreads, L::kSmem, g.device, stream, g.pdl, map_x, map_w, map_d, static_cast<__nv_bfloat16 *>(g.d),
       g.ldd, g.sx, g.sw, g.M, g.N, sched, partials, counters);
   return -static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
 
-// The configuration on either form of x (GemmArgs::seed_a).
+// The configuration on either form of x (GemmArgs::seed_a), or a timing-only probe of the seed-A kernel
+// (GemmArgs::seed_probe, SeedProbe: builds with GEMM_SEED_A_EXPERIMENT only, cudaErrorInvalidValue in others).
 template <int BN, int kConsumers>
 int run_wgmma(GemmArgs const &g, void *workspace, cudaStream_t stream) {
+  if (g.seed_probe > kProbeShipped) {
+#ifdef GEMM_SEED_A_EXPERIMENT
+    if (!g.seed_a) return -static_cast<int>(cudaErrorInvalidValue);
+    switch (g.seed_probe) {
+      case kProbeNoLoads:
+        return run_wgmma_as<BN, kConsumers, false, true, kProbeNoLoads>(g, workspace, stream);
+      case kProbeLoadsSs:
+        return run_wgmma_as<BN, kConsumers, false, true, kProbeLoadsSs>(g, workspace, stream);
+      case kProbeSsOnly:
+        return run_wgmma_as<BN, kConsumers, false, true, kProbeSsOnly>(g, workspace, stream);
+      case kProbeStaged:
+        return run_wgmma_as<BN, kConsumers, false, true, kProbeStaged>(g, workspace, stream);
+      default:
+        break;
+    }
+#endif
+    return -static_cast<int>(cudaErrorInvalidValue);
+  }
   return g.seed_a ? run_wgmma_as<BN, kConsumers, false, true>(g, workspace, stream)
                   : run_wgmma_as<BN, kConsumers>(g, workspace, stream);
 }

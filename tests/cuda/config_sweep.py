@@ -14,7 +14,10 @@ A variant is `pick` (pick_tuning's choice), `torch` (F.scaled_mm blockwise), `pe
 per-tensor FP8 GEMM on the same operands, unit scales: a different op, timed as the speed of light of the
 block-scaled one; its check fails by design), or `c<cfg>` followed by
 optional knobs `r<raster>` `s<swizzle>` `p<splits>` `k<kslices>` `o<overlap_store: 0 or 1>` (see Tuning in
-gemm/cuda/gemm_cuda.h).
+gemm/cuda/gemm_cuda_pick.h) and `q<seed_probe>`: the seed-A kernel of that configuration (6, 7 or 8) on the
+natural call's bytes, timing only (wrong results by design, so listed as inaccurate): `q1` the kernel as
+shipped, `q2`-`q5` its probes (SeedProbe in gemm/cuda/gemm_cuda_wgmma.cu; objects built with
+-DGEMM_SEED_A_EXPERIMENT, else refused).
 Run 8 swept the K-sliced configuration with `c5k1,c5k2,c5k4,...`. Seed-layout variants (the same
 problems passed as a, b, a_scale, b_scale): `spick` (the op's own choice), `sfused` (the fused seed
 kernel), `sfused2` / `sfused4` (its timing-only diagnostic in clusters of 2 / 4 CTAs, wrong results by design:
@@ -59,8 +62,8 @@ from benchmarks.timing import (  # noqa: E402
 )
 from tests.cuda.device_check import load_jit  # noqa: E402
 
-_KNOB = re.compile(r"([rspko])(\d+)")
-_KNOB_NAMES = {"r": "raster", "s": "swizzle", "p": "splits", "k": "kslices", "o": "overlap_store"}
+_KNOB = re.compile(r"([rspkoq])(\d+)")
+_KNOB_NAMES = {"r": "raster", "s": "swizzle", "p": "splits", "k": "kslices", "o": "overlap_store", "q": "seed_probe"}
 
 
 def parse_variant(spec: str) -> dict | None:
@@ -84,9 +87,9 @@ def parse_variant(spec: str) -> dict | None:
         knobs = {"cfg": int(m.group(2) or -1), "layout": "seed", "pdl": not m.group(4), "splits": int(m.group(3) or 1)}
         seed_a = -1 if knobs["cfg"] < 0 else int(bool(m.group(1)))
         return knobs | {"fused": -1 if knobs["cfg"] < 0 else 0, "seed_a": seed_a}
-    m = re.fullmatch(r"c(\d+)((?:[rspko]\d+)*)", spec)
+    m = re.fullmatch(r"c(\d+)((?:[rspkoq]\d+)*)", spec)
     if not m:
-        raise SystemExit(f"bad variant {spec!r}: want pick, torch or c<cfg>[r<n>][s<n>][p<n>][k<n>][o<0|1>]")
+        raise SystemExit(f"bad variant {spec!r}: want pick, torch or c<cfg>[r<n>][s<n>][p<n>][k<n>][o<0|1>][q<n>]")
     knobs = {"cfg": int(m.group(1))}
     for key, val in _KNOB.findall(m.group(2)):
         knobs[_KNOB_NAMES[key]] = bool(int(val)) if key == "o" else int(val)

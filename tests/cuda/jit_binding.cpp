@@ -15,12 +15,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   // cfg < 0: the heuristic's whole choice; otherwise that configuration with these scheduler knobs.
   m.def("natural_cfg", [](at::Tensor out, at::Tensor x, at::Tensor w, at::Tensor sx, at::Tensor sw,
-                          int cfg, int raster, int swizzle, int splits, int kslices, bool overlap_store) {
-    gemm_cuda::natural_with_config(out, x, w, sx, sw,
-                                   gemm_cuda::Tuning{cfg, raster, swizzle, splits, kslices, overlap_store});
+                          int cfg, int raster, int swizzle, int splits, int kslices, bool overlap_store,
+                          int seed_probe) {
+    gemm_cuda::Tuning t{cfg, raster, swizzle, splits, kslices, overlap_store};
+    t.seed_probe = seed_probe;  // timing only: the seed-A kernel on x's bytes (Tuning::seed_probe)
+    gemm_cuda::natural_with_config(out, x, w, sx, sw, t);
   }, py::arg("out"), py::arg("x"), py::arg("w"), py::arg("sx"), py::arg("sw"), py::arg("cfg"),
         py::arg("raster") = 0, py::arg("swizzle") = 1, py::arg("splits") = 1, py::arg("kslices") = 1,
-        py::arg("overlap_store") = false);
+        py::arg("overlap_store") = false, py::arg("seed_probe") = 0);
   m.def("seed_cfg", [](at::Tensor c, at::Tensor a, at::Tensor b, at::Tensor sa, at::Tensor sb, int cfg, bool pdl,
                        int splits, int fused, int seed_a) {
     gemm_cuda::Tuning t{cfg, 0, 1, splits, 1};

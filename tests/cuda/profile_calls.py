@@ -3,6 +3,10 @@ on one shape, each twice (a warm-up, then the one to profile). Not collected by 
 
     ncu --clock-control none -k regex:'wgmma|Gemm|gemm|xmma' --section SpeedOfLight ... \\
         python3 tests/cuda/profile_calls.py --kernel-dir build --shape 6144x4608x7168   (or --jit)
+
+With --jit, `--variants c7o1,c7o1q1,...` calls those natural-layout variants of tests/cuda/config_sweep.py
+instead of the op's own choice, each twice, in that order (the seed-A probes among them: timing only, so
+no comparison with torch is printed for them).
 """
 
 from __future__ import annotations
@@ -26,7 +30,10 @@ def main() -> int:
     ap.add_argument("--kernel-dir", type=pathlib.Path, help="the built variant (else --jit)")
     ap.add_argument("--jit", action="store_true", help="the JIT binding of tests/cuda/device_check.py")
     ap.add_argument("--shape", default="6144x4608x7168")
+    ap.add_argument("--variants", help="with --jit: config_sweep variants of the natural call, comma-separated")
     args = ap.parse_args()
+    if args.variants and not args.jit:
+        ap.error("--variants needs --jit")
     (shape,) = parse_shapes(args.shape)
     s = make_inputs(shape, torch.device("cuda"), torch.float8_e4m3fn, torch.Generator().manual_seed(1))
     sa, sb = blockwise_scale_a(s.x_scale), blockwise_scale_b(s.w_scale)
@@ -35,6 +42,18 @@ def main() -> int:
 
         mod = load_jit()
         out = torch.empty(shape.m, shape.n, dtype=torch.bfloat16, device="cuda")
+        if args.variants:
+            from tests.cuda.config_sweep import parse_variant
+
+            for spec in args.variants.split(","):
+                knobs = parse_variant(spec)
+                if not knobs or "cfg" not in knobs or knobs.get("layout"):
+                    ap.error(f"--variants takes natural-layout variants c<cfg>[knobs] or pick, not {spec!r}")
+                for _ in range(2):
+                    mod.natural_cfg(out, s.x, s.w, s.x_scale, s.w_scale, **knobs)
+                    torch.cuda.synchronize()
+                print(f"{args.shape} {spec}: called twice", flush=True)
+            return 0
 
         def natural():
             mod.gemm_natural(out, s.x, s.w, s.x_scale, s.w_scale)

@@ -317,6 +317,61 @@ def test_seed_dsmem_diagnostic_compiles(nvcc_command, build_dir):
         assert all((op in body) == copies for op in _COPIES_PTX), name[:90]
 
 
+_PROBE_NAME = re.compile(r"wgmma_seed_probe_kernelILi(\d+)ELi(\d)ELi(\d)E")
+
+
+def test_seed_a_probes_only_in_the_experiment_build(ptx):
+    """The seed-A kernel's timing-only probes (SeedProbe, wrong results by design) are compiled only with
+    GEMM_SEED_A_EXPERIMENT: the shipped build has none."""
+    assert "wgmma_seed_probe_kernel" not in ptx["gemm_cuda_wgmma.cu"]
+
+
+def test_seed_a_probes_compile_and_leave_out_what_they_say(nvcc_command, build_dir):
+    """The probes as the experiment builds them (gemm_cuda_wgmma.cu, SeedProbe): for each configuration that
+    reads a as it is (128x128, 128x192, 192x128), probe 2 keeps the register-A wgmma without the per-block
+    transposing loads, probe 3 keeps the loads and their prmt but gives wgmma A from shared memory, probe 4
+    has neither, probe 5 writes the fragments back K-major (stmatrix, proxy fence, warpgroup barrier) for an
+    SS wgmma; each with the shipped kernel's registers, no spills, and a handoff within the CTA."""
+    src = CUDA_DIR / "gemm_cuda_wgmma.cu"
+    proc = subprocess.run(
+        nvcc_command(src, "wgmma_probe", ("-DGEMM_SEED_A_EXPERIMENT",)), capture_output=True, text=True, timeout=1500
+    )
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-4000:]
+    assert "C7514" not in log
+    ks = {k["name"]: k for k in _kernels(log) if "wgmma_seed_probe_kernel" in k["name"]}
+    shapes = {(bn, c) for bn, c, _, seed_a in _WGMMA_INSTANCES if seed_a}
+    want = {(bn, c, probe) for bn, c in shapes for probe in (2, 3, 4, 5)}
+    got = {tuple(int(g) for g in _PROBE_NAME.search(n).groups()) for n in ks}
+    assert got == want, sorted(got)
+    text = "\n".join(f.read_text() for f in sorted((build_dir / "wgmma_probe").glob("*.ptx")))
+    bodies = {n: b for n, b in _entries(text).items() if "wgmma_seed_probe_kernel" in n}
+    assert bodies.keys() == ks.keys()
+    for name, body in bodies.items():
+        bn, consumers, probe = (int(g) for g in _PROBE_NAME.search(name).groups())
+        k = ks[name]
+        assert k["arch"] == "sm_90a" and k["regs"] == {2: 168, 3: 128}[consumers] and k["spill"] == 0, k
+        dec, inc = _register_handoff(body)
+        assert 128 * (dec + consumers * inc) <= k["regs"] * 128 * (1 + consumers), (name[:90], dec, inc)
+        mma = rf"wgmma\.mma_async\.sync\.aligned\.m64n{bn}k32\.f32\.e4m3\.e4m3"
+        assert re.search(mma, body), name[:90]
+        register_a = bool(re.search(mma + r"[^;]*\},\s*\{%r\d+", body))
+        loads = "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in body
+        want_a_loads = {2: (True, False), 3: (False, True), 4: (False, False), 5: (False, True)}[probe]
+        assert (register_a, loads) == want_a_loads, name[:90]
+        staged = "stmatrix.sync.aligned.m8n8.x4.shared.b16" in body
+        assert staged == (probe == 5), name[:90]
+        if staged:  # written back, then made visible to wgmma's proxy, then the warpgroup meets, then wgmma
+            after = body[body.index("stmatrix.sync.aligned") :]
+            fence, sync = after.find("fence.proxy.async.shared::cta"), after.find("bar.sync")
+            assert 0 < fence < sync < after.find("wgmma.mma_async"), name[:90]
+        if probe == 3:  # the fragments are built (4 prmt per ldmatrix) and go somewhere: ptxas drops loads
+            # whose results nothing reads (an empty asm "fence" on them vanishes before ptxas), so the probe
+            # folds them into a value it stores where M < 0
+            assert body.count("prmt.b32") >= 4 * body.count("ldmatrix.sync.aligned.m8n8.x4.trans"), name[:90]
+            assert body.count("xor.b32") >= 16, name[:90]
+
+
 def test_decode_kernels_compile_for_each_row_count(compiled):
     """gemm_cuda_decode.cu: one instantiation per padded row count (wgmma N of 8, 16, 32, 64), sm_90a code with
     its wgmma loop (a guarded-out body would need a handful of registers), registers for two CTAs of 160
