@@ -14,15 +14,18 @@
 #                                      # racecheck on the 128x192 split tail with the overlapped store
 #   bash scripts/device_run.sh sweep   # JIT build once, then tests/cuda/config_sweep.py (SWEEP_VARIANTS,
 #                                      # SWEEP_SHAPES, SWEEP_ROUNDS); .cache/cuda_prebuilt/*.o if carried
-#                                      # (linked as they are: carry them only if built from these sources)
+#                                      # (linked as they are: carry them only if built from these sources,
+#                                      # by tests/cuda/prebuild.py)
 #   bash scripts/device_run.sh fused   # JIT build + the fused seed kernel (Tuning.seed_fused): fp32 checks,
 #                                      # memcheck, racecheck where its stage ring wraps, sweep pick,spick,sfused
 #   bash scripts/device_run.sh seeda   # JIT build + the seed layout's a read as it is (GemmArgs::seed_a): fp32
 #                                      # checks per configuration (SEEDA_CHECKS=0: none; SEEDA_SANITIZE=1:
 #                                      # memcheck and racecheck), then the sweep pick,spick,sprep,sraw
-#   bash scripts/device_run.sh probe   # JIT build with -DGEMM_SEED_A_EXPERIMENT: the seed-A kernel and its
-#                                      # timing-only probes (SeedProbe) beside the natural kernel, shape by
-#                                      # shape (PROBE_SPECS), then Nsight Compute on them (PROBE_NCU_SHAPE)
+#   bash scripts/device_run.sh probe   # JIT build with -DGEMM_SEED_A_EXPERIMENT: the staged form's fp32 checks
+#                                      # and sanitizers (PROBE_NO_SANITIZE=1: none), then the seed-A kernel,
+#                                      # its timing-only probes (SeedProbe) and its staged form beside the
+#                                      # natural kernel, shape by shape (PROBE_SPECS), then Nsight Compute on
+#                                      # them (PROBE_NCU_SHAPE, PROBE_NCU_BASE)
 # Logs and results go to $OUT. See gemm/cuda/NOTES.md.
 # .whl (gitignored, carried) holds the wheels the device lacks, for its Python 3.12, filled here with
 #   pip download --no-deps --python-version 3.12 --only-binary=:all: -d .whl \
@@ -153,25 +156,43 @@ elif [ "$mode" = probe ]; then
   # Where the seed-A kernel's 1.11-1.2x per K block goes (gemm/cuda/NOTES.md, "Left to do"): on natural calls,
   # x's bytes read as if they were a (K, M), the natural kernel (<base>), the seed-A kernel as shipped (q1)
   # and its probes (q2: register A without the loads, q3: the loads with A from shared memory, q4: neither,
-  # q5: the loads written back K-major for an SS wgmma, the staged form's work).
+  # q5: the loads written back K-major for an SS wgmma, the staged form's work; q6: the staged form itself,
+  # configurations 6 and 7 only: 192x128 tiles refuse it).
   # The probes' results are wrong by design: each sweep lists them as inaccurate and exits 1 (not counted).
   # Objects built here from these sources with the macro: .cache/cuda_prebuilt_probe; else the device builds.
   if [ -d .cache/cuda_prebuilt_probe ]; then export GEMM_CUDA_PREBUILT=.cache/cuda_prebuilt_probe
   else unset GEMM_CUDA_PREBUILT; export GEMM_CUDA_EXTRA_FLAGS=-DGEMM_SEED_A_EXPERIMENT; fi
   python3 -c "from tests.cuda.device_check import load_jit; load_jit()" 2>&1 | tail -n 5 || exit 1
+  # The staged form (Tuning.seed_a = 2, correct results) on seed calls first: fp32 checks per configuration
+  # (partial tiles, a wrapping ring, split tails), then memcheck and racecheck (its two warpgroup barriers a
+  # block guard the shared tile: racecheck is what would see a missing one).
+  for spec in "6 1 1008x1520x384 256x1024x1024 6144x512x1024" "6 3 1024x576x7168" "7 1 1008x3072x1536 5776x512x4096" \
+              "7 8 1008x4200x1024 1008x4208x4096"; do
+    read -r cfg splits shapes <<< "$spec"
+    sel=(); for sh in $shapes; do sel+=(--shape "$sh"); done
+    timeout 150 python3 tests/cuda/sanitize_calls.py --cfg "$cfg" --splits "$splits" --seed-a 2 "${sel[@]}" \
+      > "$OUT/staged_c${cfg}p${splits}.log" 2>&1 || rc=1
+    echo "staged cfg $cfg splits $splits: rc=$rc"; tail -n 3 "$OUT/staged_c${cfg}p${splits}.log"
+  done
+  if [ -z "${PROBE_NO_SANITIZE:-}" ]; then
+    run_sanitizer 150 memcheck "$OUT/sanitizer_memcheck_staged.log" --cfg 7 --splits 8 --seed-a 2 \
+      --shape 1008x4200x1024 --shape 5776x512x1024
+    run_sanitizer 200 racecheck "$OUT/sanitizer_racecheck_staged.log" --cfg 6 --seed-a 2 --shape 256x1024x1024 \
+      --shape 1008x1520x384
+  fi
   i=0
   # "shape:base" pairs; base = the natural pick's knobs with the configuration named (tests/cuda/test_cuda_pick.py)
   for spec in ${PROBE_SPECS:-6144x512x7168:c8r2o1 8192x8192x8192:c7o1 6144x4608x7168:c7o1 6144x4608x7168:c6o1 1024x576x7168:c6p3o1}; do
     shape=${spec%%:*} b=${spec#*:} i=$((i + 1))
     timeout 150 python3 tests/cuda/config_sweep.py --out "$OUT/probe$i" --rounds 2 --shapes "$shape" \
-      --variants "$b,${b}q1,${b}q2,${b}q3,${b}q4,${b}q5" > "$OUT/probe$i.log" 2>&1
+      --variants "$b,${b}q1,${b}q2,${b}q3,${b}q4,${b}q5,${b}q6" > "$OUT/probe$i.log" 2>&1
     echo "probe $shape $b: exit $? (1: the probes' wrong results, expected)"; grep -A2 "m x n x k" "$OUT/probe$i.log" | cut -c1-150
   done
   b=${PROBE_NCU_BASE:-c7o1}
   timeout 240 ncu --clock-control none -k regex:wgmma --section SpeedOfLight --section WarpStateStats \
     --section SchedulerStats --section InstructionStats --section MemoryWorkloadAnalysis_Tables \
     python3 tests/cuda/profile_calls.py --jit --shape "${PROBE_NCU_SHAPE:-6144x4608x7168}" \
-    --variants "$b,${b}q1,${b}q2,${b}q3,${b}q5" > "$OUT/ncu-probe.txt" 2>&1
+    --variants "$b,${b}q1,${b}q2,${b}q3,${b}q6" > "$OUT/ncu-probe.txt" 2>&1
   echo "ncu exit=$?"; grep -E "^  [a-z_]+.*wgmma|Duration|Stall Long|Stall Wait|Stall Math|Issued Warp|Bank" "$OUT/ncu-probe.txt" | head -n 60 | cut -c1-150
 elif [ "$mode" = sweep ]; then
   # Build first, with no timeout (see GEMM_CUDA_PREBUILT above).

@@ -131,7 +131,10 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
   g.splits = tuning.splits;
   g.overlap_store = tuning.overlap_store;
   g.seed_a = seed_a || tuning.seed_probe > 0;  // a probe reads x's bytes as if they were a (K, M)
-  g.seed_probe = tuning.seed_probe;
+  g.seed_a_staged = (seed_a && tuning.seed_a == 2) || tuning.seed_probe == kSeedProbeStagedKernel;
+  g.seed_probe = tuning.seed_probe == kSeedProbeStagedKernel ? 0 : tuning.seed_probe;
+  TORCH_CHECK(!g.seed_a_staged || cfg == kSquare128Config || cfg == kWide192Config,
+              "gemm (cuda): the staged form (Tuning::seed_a = 2) takes configurations 6 and 7, not ", cfg);
 
   size_t const ws_bytes = kConfigs[cfg].workspace(g);
   at::Tensor workspace;
@@ -237,6 +240,7 @@ void seed_with_config(at::Tensor &c, at::Tensor const &a, at::Tensor const &b, a
   TORCH_CHECK(tuning.seed_a <= 0 || seed_a, "gemm (cuda): Tuning::seed_a = 1, but no configuration reads this a as ",
               "it is (configuration ", picked.cfg, ", M % 16 == 0 and 16-byte aligned a needed)");
   if (seed_a) {
+    picked.seed_a = tuning.seed_a;  // 2: the staged form
     at::Tensor none;
     seed_prepare(none, w, none, sw, a, b, a_scale, b_scale);
     natural_impl(c, a, w, a_scale, sw, picked, /*after_prep=*/tuning.pdl, /*seed_a=*/true);

@@ -51,6 +51,10 @@ struct GemmArgs {
   // With seed_a, one of the seed-A kernel's timing-only probes (SeedProbe in gemm_cuda_wgmma.cu; 0: none):
   // wrong results by design, in builds with GEMM_SEED_A_EXPERIMENT only (cudaErrorInvalidValue in others).
   int seed_probe = 0;
+  // With seed_a, the staged form (gemm_cuda_wgmma.cu, wgmma_seed_staged_kernel: A's fragments written K-major
+  // into shared memory, wgmma reading them there): configurations 6 and 7, builds with GEMM_SEED_A_EXPERIMENT
+  // only (cudaErrorInvalidValue in others).
+  bool seed_a_staged = false;
 };
 bool seed_a_fits(void const *a, float const *a_scale, int64_t M);
 

@@ -29,13 +29,18 @@ struct Tuning {
   // Seed layout, on the preparation path: -1 where pick_seed_a says (with a forced configuration, cfg >= 0:
   // wherever that configuration can), 1 always (the call fails where no configuration can: seed_a_config),
   // 0 never. With it the preparation transposes b alone and the GEMM
-  // reads a as it is (GemmArgs::seed_a); without it the preparation transposes both.
+  // reads a as it is (GemmArgs::seed_a); without it the preparation transposes both. 2: as 1, through the
+  // staged form (GemmArgs::seed_a_staged; configurations 6 and 7, builds with GEMM_SEED_A_EXPERIMENT only).
   int seed_a = -1;
   // Natural layout only (natural_with_config): > 0 runs the seed-A kernel of the forced configuration on x's
   // bytes as if they were a (K, M), timing only (wrong results): 1 the kernel as shipped, 2-5 its probes
-  // (SeedProbe in gemm_cuda_wgmma.cu; builds with GEMM_SEED_A_EXPERIMENT only, else the call fails).
+  // (SeedProbe in gemm_cuda_wgmma.cu; builds with GEMM_SEED_A_EXPERIMENT only, else the call fails),
+  // kSeedProbeStagedKernel the staged form (Tuning::seed_a = 2) on those bytes.
   int seed_probe = 0;
 };
+
+// Tuning::seed_probe: the seed-A kernel's staged form, timed on a natural call's bytes.
+constexpr int kSeedProbeStagedKernel = 6;
 
 constexpr int64_t kBlock = 128;  // K block: one x_scale / w_scale entry's extent along K
 // The configuration that writes fp32 partials per K slice (gemm_cuda_cfg5.cu); the others write bf16,

@@ -80,8 +80,11 @@ enum SeedProbe : int {
   kProbeStaged = 5,
 };
 
-// An M tile of 64 rows per consumer warpgroup (each issues m64 wgmma), BN columns.
-template <int BN, int kConsumers>
+// An M tile of 64 rows per consumer warpgroup (each issues m64 wgmma), BN columns. kStaged: the seed-A
+// kernel's staged form (wgmma_seed_staged_kernel) also holds each consumer warpgroup's A tile, K-major,
+// 64 rows x 128 K bytes, and assumes the dynamic shared memory starts 1024-aligned (checked: __trap) instead
+// of keeping 1024 bytes of slack, so that 128x192 tiles keep their 4 stages.
+template <int BN, int kConsumers, bool kStaged = false>
 struct Layout {
   static_assert(BN % 16 == 0 && BN >= 64 && BN <= 192, "N tile: a multiple of 16 from 64 to 192");
   // Tiles start at multiples of BN, so at an offset into a w_scale block up to 128 - gcd(BN, 128): the
@@ -108,12 +111,16 @@ struct Layout {
   // A stage's scales: the K block's x_scale of the tile's kBlockM rows, then (from float kBlockM on) its two
   // w_scale blocks (the second unused when BN = 128), padded to 16 bytes.
   static constexpr int kBytesScale = (kBlockM + 4) * 4;
-  static constexpr int kStages = (kSmemPerBlock - 1024 - 256 - kBytesOut) / (kBytesA + kBytesB + kBytesScale);
+  static constexpr int kBytesStaged = kStaged ? kConsumers * 64 * kBlockK : 0;
+  static constexpr int kSlack = kStaged ? 0 : 1024;  // to align the base to 1024
+  static constexpr int kStages =
+      (kSmemPerBlock - kSlack - 256 - kBytesOut - kBytesStaged) / (kBytesA + kBytesB + kBytesScale);
   static constexpr int kOffB = kStages * kBytesA;
   static constexpr int kOffOut = kOffB + kStages * kBytesB;
-  static constexpr int kOffScale = kOffOut + kBytesOut;
+  static constexpr int kOffStaged = kOffOut + kBytesOut;
+  static constexpr int kOffScale = kOffStaged + kBytesStaged;
   static constexpr int kOffBar = kOffScale + kStages * kBytesScale;
-  static constexpr int kSmem = 1024 + kOffBar + 2 * kStages * 8;  // + slack to align the base to 1024
+  static constexpr int kSmem = kSlack + kOffBar + 2 * kStages * 8;
   static_assert(kSmem <= kSmemPerBlock, "shared memory");
   static_assert(kStages >= 3, "pipeline depth");
 };
@@ -374,13 +381,14 @@ struct Schedule {
 // warp builds its wgmma A fragments from them in registers (load_seed_a), the accumulator rows paired.
 // kProbe (kSeedA only; kProbeNone in every kernel the op runs): one of the timing-only diagnostics of
 // wgmma_seed_probe_kernel (SeedProbe), wrong results by design.
-template <int BN, int kConsumers, bool kTwoAcc, bool kSeedA, int kProbe>
+template <int BN, int kConsumers, bool kTwoAcc, bool kSeedA, int kProbe, bool kStaged = false>
 __device__ __forceinline__ void wgmma_gemm_body(CUtensorMap const *map_x_ptr, CUtensorMap const *map_w_ptr,
                                                 CUtensorMap const *map_d_ptr, __nv_bfloat16 *d, int64_t ldd,
                                                 float const *__restrict__ sx, float const *__restrict__ sw, int M,
                                                 int N, Schedule sched, float *partials, unsigned *counters) {
-  using L = Layout<BN, kConsumers>;
+  using L = Layout<BN, kConsumers, kStaged>;
   static_assert(kProbe == kProbeNone || kSeedA, "the probes change the seed-A kernel only");
+  static_assert(!kStaged || (kSeedA && kProbe == kProbeNone && kConsumers == 2), "staged: the seed-A kernel, 2 consumers");
   CUtensorMap const &map_x = *map_x_ptr;
   CUtensorMap const &map_w = *map_w_ptr;
   CUtensorMap const &map_d = *map_d_ptr;
@@ -393,6 +401,9 @@ __device__ __forceinline__ void wgmma_gemm_body(CUtensorMap const *map_x_ptr, CU
   // Aligned in the shared address space itself (32-bit arithmetic): aligning the generic pointer made
   // ptxas recompute it from special registers (S2UR SR_CgaCtaId, SR_SWINHI) at the top of every K block.
   uint32_t const base = (smem_addr(smem_raw) + 1023) & ~1023u;
+  if constexpr (kStaged) {
+    if (base != smem_addr(smem_raw)) __trap();  // no slack in its layout (Layout::kSlack)
+  }
   uint32_t const full_bar = base + L::kOffBar;  // kStages barriers: the stage's operands and scales landed
   uint32_t const empty_bar = full_bar + 8 * L::kStages;  // kStages barriers: every consumer thread is done
   // The unit count, kept in a register across the loops; where the consumers' accumulators (and kSeedA's 16
@@ -480,9 +491,12 @@ __device__ __forceinline__ void wgmma_gemm_body(CUtensorMap const *map_x_ptr, CU
                                 : 0;
   uint32_t const sel_even = seed_sel(lane % 4, false);
   uint32_t probe_sink = 0;  // kProbeLoadsSs: the fragments' xor, stored where M < 0 (never)
-  // kProbeStaged: the byte offset of the row this lane addresses in stmatrix (matrix lane / 8: rows 8 apart
+  // kStaged and kProbeStaged: the byte offset of the row this lane addresses in stmatrix (matrix lane / 8: rows 8 apart
   // for odd matrices, the step's second 16 K bytes from matrix 2 on), in its warpgroup's K-major tile.
+  // kStaged: the same rows of its own tile (the accumulator rows stay paired, as with A from registers).
   uint32_t const staged_row = 128 * (16 * warp + 8 * (lane / 8 % 2) + lane % 8);
+  uint32_t const staged_tile = base + L::kOffStaged + cw * 64 * kBlockK;
+  uint64_t const desc_staged = kmajor_sw128_desc(staged_tile);
   if constexpr (kProbe == kProbeNoLoads) {  // fragments that are not zero (zeros would draw less power)
 #pragma unroll
     for (int i = 0; i < 16; ++i) a_frag[i] = (0x01010101u * (lane + 1)) ^ (0x3C5A9600u + 0x1F3u * i);
@@ -515,6 +529,18 @@ __device__ __forceinline__ void wgmma_gemm_body(CUtensorMap const *map_x_ptr, CU
     auto k_block = [&](int kb, auto first) {
       if constexpr (kProbe == kProbeNoLoads) {
         issue_batch_rs<BN>(acc, a_frag, desc_b0 + static_cast<uint64_t>(s * (L::kBytesB >> 4)));
+      } else if constexpr (kStaged) {
+        load_seed_a<kBoxWidth>(a_frag, base + s * L::kBytesA, a_off, sel_even);
+        // Every warp of the warpgroup has waited for its previous batch, the last reader of the tile.
+        named_sync(1 + cw);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          stmatrix_x4(staged_tile + staged_row + (((2 * q + lane / 16) ^ (staged_row / 128 % 8)) << 4),
+                      a_frag[4 * q], a_frag[4 * q + 1], a_frag[4 * q + 2], a_frag[4 * q + 3]);
+        }
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the writes, visible to wgmma
+        named_sync(1 + cw);  // and every warp's rows written
+        issue_batch<BN>(acc, desc_staged, desc_b0 + static_cast<uint64_t>(s * (L::kBytesB >> 4)));
       } else if constexpr (kProbe == kProbeStaged) {
         load_seed_a<kBoxWidth>(a_frag, base + s * L::kBytesA, a_off, sel_even);
         uint32_t const tile = base + s * L::kBytesA + cw * 64 * kBlockK;
@@ -669,6 +695,21 @@ __global__ void __launch_bounds__(Layout<BN, kConsumers>::kThreads, 1)
 #ifdef GEMM_WGMMA_DEVICE
   wgmma_gemm_body<BN, kConsumers, kTwoAcc, kSeedA, kProbeNone>(&map_x, &map_w, &map_d, d, ldd, sx, sw, M, N, sched,
                                                                partials, counters);
+#endif
+}
+
+// The seed-A kernel's staged form: each warp writes its A fragments K-major into its warpgroup's tile in
+// shared memory (stmatrix), and wgmma reads A from there, not from registers. Correct results. Instantiated
+// only by builds with GEMM_SEED_A_EXPERIMENT (run_wgmma), until it is measured faster than the register form.
+template <int BN, int kConsumers>
+__global__ void __launch_bounds__(Layout<BN, kConsumers, true>::kThreads, 1)
+    wgmma_seed_staged_kernel(__grid_constant__ CUtensorMap const map_x, __grid_constant__ CUtensorMap const map_w,
+                             __grid_constant__ CUtensorMap const map_d, __nv_bfloat16 *d, int64_t ldd,
+                             float const *__restrict__ sx, float const *__restrict__ sw, int M, int N,
+                             Schedule sched, float *partials, unsigned *counters) {
+#ifdef GEMM_WGMMA_DEVICE
+  wgmma_gemm_body<BN, kConsumers, false, true, kProbeNone, true>(&map_x, &map_w, &map_d, d, ldd, sx, sw, M, N,
+                                                                 sched, partials, counters);
 #endif
 }
 
@@ -1007,19 +1048,22 @@ size_t workspace_wgmma(GemmArgs const &g) {
   return partials_bytes<BN, kConsumers>(sched) + counter_bytes<kConsumers>(sched);
 }
 
-// The kernel to launch: the op's, or a probe's (SeedProbe).
-template <int BN, int kConsumers, bool kTwoAcc, bool kSeedA, int kProbe>
+// The kernel to launch: the op's, a probe's (SeedProbe), or the staged form's.
+template <int BN, int kConsumers, bool kTwoAcc, bool kSeedA, int kProbe, bool kStaged>
 constexpr auto wgmma_kernel() {
-  if constexpr (kProbe > kProbeShipped) {
+  if constexpr (kStaged) {
+    return &wgmma_seed_staged_kernel<BN, kConsumers>;
+  } else if constexpr (kProbe > kProbeShipped) {
     return &wgmma_seed_probe_kernel<BN, kConsumers, kProbe>;
   } else {
     return &wgmma_gemm_kernel<BN, kConsumers, kTwoAcc, kSeedA>;
   }
 }
 
-template <int BN, int kConsumers, bool kTwoAcc = false, bool kSeedA = false, int kProbe = kProbeNone>
+template <int BN, int kConsumers, bool kTwoAcc = false, bool kSeedA = false, int kProbe = kProbeNone,
+          bool kStaged = false>
 int run_wgmma_as(GemmArgs const &g, void *workspace, cudaStream_t stream) {
-  using L = Layout<BN, kConsumers>;
+  using L = Layout<BN, kConsumers, kStaged>;
   constexpr int kBlockM = L::kBlockM;
   // bf16 output only, K a whole number of blocks, TMA's 16-byte row strides and base addresses.
   if (g.kslices != 1 || g.K % kBlockK != 0 || g.N % 8 != 0 || g.ldd % 8 != 0 || g.splits < 1 ||
@@ -1048,16 +1092,27 @@ int run_wgmma_as(GemmArgs const &g, void *workspace, cudaStream_t stream) {
     if (err != cudaSuccess) return -static_cast<int>(err);
   }
   int const grid = std::min(sched.units(), g.sm_count);
-  cudaError_t const err = launch_kernel<wgmma_kernel<BN, kConsumers, kTwoAcc, kSeedA, kProbe>()>(
+  cudaError_t const err = launch_kernel<wgmma_kernel<BN, kConsumers, kTwoAcc, kSeedA, kProbe, kStaged>()>(
       grid, L::kThreads, L::kSmem, g.device, stream, g.pdl, map_x, map_w, map_d, static_cast<__nv_bfloat16 *>(g.d),
       g.ldd, g.sx, g.sw, g.M, g.N, sched, partials, counters);
   return -static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
 
-// The configuration on either form of x (GemmArgs::seed_a), or a timing-only probe of the seed-A kernel
-// (GemmArgs::seed_probe, SeedProbe: builds with GEMM_SEED_A_EXPERIMENT only, cudaErrorInvalidValue in others).
+// The configuration on either form of x (GemmArgs::seed_a), or in builds with GEMM_SEED_A_EXPERIMENT (else
+// cudaErrorInvalidValue) the seed-A kernel's staged form (GemmArgs::seed_a_staged; two consumer warpgroups)
+// or one of its timing-only probes (GemmArgs::seed_probe, SeedProbe).
 template <int BN, int kConsumers>
 int run_wgmma(GemmArgs const &g, void *workspace, cudaStream_t stream) {
+  if (g.seed_a_staged) {
+#ifdef GEMM_SEED_A_EXPERIMENT
+    if constexpr (kConsumers == 2) {
+      if (g.seed_a && g.seed_probe == kProbeNone) {
+        return run_wgmma_as<BN, kConsumers, false, true, kProbeNone, true>(g, workspace, stream);
+      }
+    }
+#endif
+    return -static_cast<int>(cudaErrorInvalidValue);
+  }
   if (g.seed_probe > kProbeShipped) {
 #ifdef GEMM_SEED_A_EXPERIMENT
     if (!g.seed_a) return -static_cast<int>(cudaErrorInvalidValue);

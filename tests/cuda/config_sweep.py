@@ -16,7 +16,7 @@ block-scaled one; its check fails by design), or `c<cfg>` followed by
 optional knobs `r<raster>` `s<swizzle>` `p<splits>` `k<kslices>` `o<overlap_store: 0 or 1>` (see Tuning in
 gemm/cuda/gemm_cuda_pick.h) and `q<seed_probe>`: the seed-A kernel of that configuration (6, 7 or 8) on the
 natural call's bytes, timing only (wrong results by design, so listed as inaccurate): `q1` the kernel as
-shipped, `q2`-`q5` its probes (SeedProbe in gemm/cuda/gemm_cuda_wgmma.cu; objects built with
+shipped, `q2`-`q5` its probes, `q6` its staged form (SeedProbe in gemm/cuda/gemm_cuda_wgmma.cu; objects built with
 -DGEMM_SEED_A_EXPERIMENT, else refused).
 Run 8 swept the K-sliced configuration with `c5k1,c5k2,c5k4,...`. Seed-layout variants (the same
 problems passed as a, b, a_scale, b_scale): `spick` (the op's own choice), `sfused` (the fused seed
@@ -24,8 +24,9 @@ kernel), `sfused2` / `sfused4` (its timing-only diagnostic in clusters of 2 / 4 
 objects built with -DGEMM_SEED_DSMEM_EXPERIMENT, see gemm/cuda/NOTES.md; `sfused2c` / `sfused4c` its control
 without the copies between CTAs), `sprep` (the preparation pass of a and b
 and the natural path's choice), `sraw` (the pass of b alone, and the natural path's choice reading a as it
-is: Tuning.seed_a), `seed<cfg>[p<splits>]` (the
-preparation pass, then that cfg and split tail) and `seedraw<cfg>[p<splits>]` (the same reading a as it is);
+is: Tuning.seed_a), `sstaged` (the same through the staged form: experiment builds), `seed<cfg>[p<splits>]` (the
+preparation pass, then that cfg and split tail), `seedraw<cfg>[p<splits>]` (the same reading a as it is) and
+`seedstaged<cfg>[p<splits>]` (through the staged form);
 `spick` and `seed<cfg>` optionally followed by `nopdl` (the
 GEMM launched after the preparation has finished, not as its programmatic dependent: Tuning.pdl in
 gemm/cuda/gemm_cuda.h);
@@ -77,15 +78,16 @@ def parse_variant(spec: str) -> dict | None:
     if m := re.fullmatch(r"sfused([24])(c?)", spec):  # the fused kernel's timing-only diagnostic, in clusters
         share = int(m.group(1)) * (10 if m.group(2) else 1)  # c: its control (Tuning.seed_fused 20 or 40)
         return {"cfg": -1, "layout": "seed", "pdl": True, "splits": 1, "fused": share}
-    if spec in ("sfused", "sprep", "sraw"):  # the fused seed kernel, or the preparation pass (Tuning.seed_fused)
-        # sprep: the pass transposes a and b; sraw: b alone, and the GEMM reads a as it is (Tuning.seed_a)
+    if spec in ("sfused", "sprep", "sraw", "sstaged"):  # the fused seed kernel, or the preparation pass
+        # sprep: the pass transposes a and b; sraw: b alone, and the GEMM reads a as it is (Tuning.seed_a);
+        # sstaged: the same through the staged form (experiment builds)
         knobs = {"cfg": -1, "layout": "seed", "pdl": True, "splits": 1, "fused": int(spec == "sfused")}
-        return knobs | {"seed_a": {"sfused": -1, "sprep": 0, "sraw": 1}[spec]}
-    if m := re.fullmatch(r"(?:spick|seed(raw)?(\d+)(?:p(\d+))?)(nopdl)?", spec):  # nopdl: Tuning.pdl off
+        return knobs | {"seed_a": {"sfused": -1, "sprep": 0, "sraw": 1, "sstaged": 2}[spec]}
+    if m := re.fullmatch(r"(?:spick|seed(raw|staged)?(\d+)(?:p(\d+))?)(nopdl)?", spec):  # nopdl: Tuning.pdl off
         # spick: the op's whole choice; seed<cfg>: the preparation pass, then that configuration (seedraw<cfg>:
-        # the pass on b alone, that configuration reading a as it is)
+        # the pass on b alone, that configuration reading a as it is; seedstaged<cfg>: through the staged form)
         knobs = {"cfg": int(m.group(2) or -1), "layout": "seed", "pdl": not m.group(4), "splits": int(m.group(3) or 1)}
-        seed_a = -1 if knobs["cfg"] < 0 else int(bool(m.group(1)))
+        seed_a = -1 if knobs["cfg"] < 0 else {None: 0, "raw": 1, "staged": 2}[m.group(1)]
         return knobs | {"fused": -1 if knobs["cfg"] < 0 else 0, "seed_a": seed_a}
     m = re.fullmatch(r"c(\d+)((?:[rspkoq]\d+)*)", spec)
     if not m:

@@ -56,6 +56,20 @@ def cutlass_include_dirs() -> list[str]:
     return [str(base / "include"), str(base / "tools" / "util" / "include")]
 
 
+# nvcc flags of the JIT build's CUDA sources (and of tests/cuda/prebuild.py's objects, which it links instead).
+JIT_NVCC_FLAGS = (
+    "-O3",
+    "-DNDEBUG",
+    "-DCUDA_KERNEL",
+    "--expt-relaxed-constexpr",
+    "-std=c++20",
+    "-U__CUDA_NO_HALF_OPERATORS__",
+    "-U__CUDA_NO_HALF_CONVERSIONS__",
+    "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+    "-U__CUDA_NO_HALF2_OPERATORS__",
+)
+
+
 def load_jit(prebuilt: str | None = None, verbose: bool = False):
     """The backend as a JIT extension (with the tuning binding). `prebuilt` (or $GEMM_CUDA_PREBUILT): a
     directory of <stem>.o for every gemm_cuda_*.cu, so that only the torch-facing files compile here.
@@ -77,17 +91,7 @@ def load_jit(prebuilt: str | None = None, verbose: bool = False):
             raise SystemExit(f"prebuilt objects missing: {missing}")
     else:
         sources += others
-    flags = [
-        "-O3",
-        "-DNDEBUG",
-        "-DCUDA_KERNEL",
-        "--expt-relaxed-constexpr",
-        "-std=c++20",
-        "-U__CUDA_NO_HALF_OPERATORS__",
-        "-U__CUDA_NO_HALF_CONVERSIONS__",
-        "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
-        "-U__CUDA_NO_HALF2_OPERATORS__",
-    ]
+    flags = list(JIT_NVCC_FLAGS)
     # $GEMM_CUDA_EXTRA_FLAGS: more nvcc flags for the sources compiled here, e.g. -DGEMM_SEED_DSMEM_EXPERIMENT
     # (the fused seed kernel's diagnostic, gemm/cuda/NOTES.md); a build of its own name, as above.
     extra = os.environ.get("GEMM_CUDA_EXTRA_FLAGS", "").split()

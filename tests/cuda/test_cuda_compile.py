@@ -317,34 +317,42 @@ def test_seed_dsmem_diagnostic_compiles(nvcc_command, build_dir):
         assert all((op in body) == copies for op in _COPIES_PTX), name[:90]
 
 
+@pytest.fixture(scope="module")
+def seed_a_experiment(nvcc_command, build_dir) -> tuple[str, str]:
+    """gemm_cuda_wgmma.cu built as the seed-A experiment builds it (-DGEMM_SEED_A_EXPERIMENT): ptxas' report
+    and the PTX."""
+    src = CUDA_DIR / "gemm_cuda_wgmma.cu"
+    proc = subprocess.run(
+        nvcc_command(src, "wgmma_seed_a", ("-DGEMM_SEED_A_EXPERIMENT",)), capture_output=True, text=True, timeout=1500
+    )
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-4000:]
+    return log, "\n".join(f.read_text() for f in sorted((build_dir / "wgmma_seed_a").glob("*.ptx")))
+
+
 _PROBE_NAME = re.compile(r"wgmma_seed_probe_kernelILi(\d+)ELi(\d)ELi(\d)E")
 
 
 def test_seed_a_probes_only_in_the_experiment_build(ptx):
-    """The seed-A kernel's timing-only probes (SeedProbe, wrong results by design) are compiled only with
-    GEMM_SEED_A_EXPERIMENT: the shipped build has none."""
+    """The seed-A kernel's timing-only probes (SeedProbe, wrong results by design) and its staged form (not
+    yet measured) are compiled only with GEMM_SEED_A_EXPERIMENT: the shipped build has neither."""
     assert "wgmma_seed_probe_kernel" not in ptx["gemm_cuda_wgmma.cu"]
+    assert "wgmma_seed_staged_kernel" not in ptx["gemm_cuda_wgmma.cu"]
 
 
-def test_seed_a_probes_compile_and_leave_out_what_they_say(nvcc_command, build_dir):
+def test_seed_a_probes_compile_and_leave_out_what_they_say(seed_a_experiment):
     """The probes as the experiment builds them (gemm_cuda_wgmma.cu, SeedProbe): for each configuration that
     reads a as it is (128x128, 128x192, 192x128), probe 2 keeps the register-A wgmma without the per-block
     transposing loads, probe 3 keeps the loads and their prmt but gives wgmma A from shared memory, probe 4
     has neither, probe 5 writes the fragments back K-major (stmatrix, proxy fence, warpgroup barrier) for an
     SS wgmma; each with the shipped kernel's registers, no spills, and a handoff within the CTA."""
-    src = CUDA_DIR / "gemm_cuda_wgmma.cu"
-    proc = subprocess.run(
-        nvcc_command(src, "wgmma_probe", ("-DGEMM_SEED_A_EXPERIMENT",)), capture_output=True, text=True, timeout=1500
-    )
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-4000:]
+    log, text = seed_a_experiment
     assert "C7514" not in log
     ks = {k["name"]: k for k in _kernels(log) if "wgmma_seed_probe_kernel" in k["name"]}
     shapes = {(bn, c) for bn, c, _, seed_a in _WGMMA_INSTANCES if seed_a}
     want = {(bn, c, probe) for bn, c in shapes for probe in (2, 3, 4, 5)}
     got = {tuple(int(g) for g in _PROBE_NAME.search(n).groups()) for n in ks}
     assert got == want, sorted(got)
-    text = "\n".join(f.read_text() for f in sorted((build_dir / "wgmma_probe").glob("*.ptx")))
     bodies = {n: b for n, b in _entries(text).items() if "wgmma_seed_probe_kernel" in n}
     assert bodies.keys() == ks.keys()
     for name, body in bodies.items():
@@ -370,6 +378,40 @@ def test_seed_a_probes_compile_and_leave_out_what_they_say(nvcc_command, build_d
             # folds them into a value it stores where M < 0
             assert body.count("prmt.b32") >= 4 * body.count("ldmatrix.sync.aligned.m8n8.x4.trans"), name[:90]
             assert body.count("xor.b32") >= 16, name[:90]
+
+
+def test_seed_a_staged_form_writes_its_tile_between_two_barriers(seed_a_experiment):
+    """The staged form (wgmma_seed_staged_kernel, experiment builds): 128x128 and 128x192 tiles, the shipped
+    kernels' 168 registers, no spills. Per K block each warp builds its fragments (transposing ldmatrix),
+    meets its warpgroup (every warp's previous batch, the tile's last reader, has completed), writes them
+    K-major (stmatrix), fences them into the async proxy, meets again (every row written), and only then
+    issues wgmma, with A from shared memory."""
+    log, text = seed_a_experiment
+    ks = {k["name"]: k for k in _kernels(log) if "wgmma_seed_staged_kernel" in k["name"]}
+    tiles = sorted(int(re.search(r"staged_kernelILi(\d+)ELi2E", n).group(1)) for n in ks)
+    assert tiles == [128, 192], sorted(ks)
+    bodies = {n: b for n, b in _entries(text).items() if "wgmma_seed_staged_kernel" in n}
+    assert bodies.keys() == ks.keys()
+    for name, body in bodies.items():
+        k = ks[name]
+        assert k["arch"] == "sm_90a" and k["regs"] == 168 and k["spill"] == 0, k
+        dec, inc = _register_handoff(body)
+        assert 128 * (dec + 2 * inc) <= 168 * 384, (name[:90], dec, inc)
+        bn = int(re.search(r"staged_kernelILi(\d+)E", name).group(1))
+        mma = rf"wgmma\.mma_async\.sync\.aligned\.m64n{bn}k32\.f32\.e4m3\.e4m3"
+        assert re.search(mma, body) and not re.search(mma + r"[^;]*\},\s*\{%r\d+", body), name[:90]
+        # each K block's sequence (the body holds it twice: a unit's first block and the others)
+        steps = ("ldmatrix.sync.aligned.m8n8.x4.trans", "bar.sync", "stmatrix.sync.aligned.m8n8.x4.shared.b16")
+        steps += ("fence.proxy.async.shared::cta", "bar.sync", "wgmma.mma_async")
+        pos = body.index(steps[0])
+        for step in steps[1:]:
+            nxt = body.find(step, pos + 1)
+            assert nxt > pos, (name[:90], step)
+            pos = nxt
+        # the four stmatrix of a block all come after the first barrier and before the fence
+        block = body[body.index(steps[0]) : pos]
+        first_sync, fence = block.index("bar.sync"), block.index("fence.proxy.async")
+        assert block.count("stmatrix.sync") == 4 == block[first_sync:fence].count("stmatrix.sync"), name[:90]
 
 
 def test_decode_kernels_compile_for_each_row_count(compiled):
