@@ -164,32 +164,40 @@ elif [ "$mode" = probe ]; then
   else unset GEMM_CUDA_PREBUILT; export GEMM_CUDA_EXTRA_FLAGS=-DGEMM_SEED_A_EXPERIMENT; fi
   python3 -c "from tests.cuda.device_check import load_jit; load_jit()" 2>&1 | tail -n 5 || exit 1
   # The staged form (Tuning.seed_a = 2, correct results) on seed calls first: fp32 checks per configuration
-  # (partial tiles, a wrapping ring, split tails), then memcheck and racecheck (its two warpgroup barriers a
-  # block guard the shared tile: racecheck is what would see a missing one).
-  for spec in "6 1 1008x1520x384 256x1024x1024 6144x512x1024" "6 3 1024x576x7168" "7 1 1008x3072x1536 5776x512x4096" \
-              "7 8 1008x4200x1024 1008x4208x4096"; do
-    read -r cfg splits shapes <<< "$spec"
+  # (partial tiles, a wrapping ring, split tails, the overlapped store), then memcheck and racecheck. Its two
+  # warpgroup barriers a block guard the tile between the warps' stmatrix and wgmma's reads, which racecheck
+  # may not track (wgmma reads through the async proxy): a missing barrier would more likely show as an
+  # intermittent fp32 failure. The call's limit is 600 s: each later step starts only with time left
+  # (SECONDS), so that the logs still come back.
+  for spec in "6 1 0 1008x1520x384 256x1024x1024 6144x512x1024" "6 3 1 1024x576x7168" \
+              "7 1 1 1008x3072x1536 5776x512x4096" "7 8 0 1008x4200x1024 1008x4208x4096"; do
+    read -r cfg splits overlap shapes <<< "$spec"
     sel=(); for sh in $shapes; do sel+=(--shape "$sh"); done
-    timeout 150 python3 tests/cuda/sanitize_calls.py --cfg "$cfg" --splits "$splits" --seed-a 2 "${sel[@]}" \
-      > "$OUT/staged_c${cfg}p${splits}.log" 2>&1 || rc=1
-    echo "staged cfg $cfg splits $splits: rc=$rc"; tail -n 3 "$OUT/staged_c${cfg}p${splits}.log"
+    [ "$overlap" = 1 ] && sel+=(--overlap)
+    timeout 100 python3 tests/cuda/sanitize_calls.py --cfg "$cfg" --splits "$splits" --seed-a 2 "${sel[@]}" \
+      > "$OUT/staged_c${cfg}p${splits}.log" 2>&1
+    st=$?; [ $st -eq 0 ] || rc=1
+    echo "staged cfg $cfg splits $splits overlap $overlap: exit $st"; tail -n 3 "$OUT/staged_c${cfg}p${splits}.log"
   done
   if [ -z "${PROBE_NO_SANITIZE:-}" ]; then
     run_sanitizer 150 memcheck "$OUT/sanitizer_memcheck_staged.log" --cfg 7 --splits 8 --seed-a 2 \
       --shape 1008x4200x1024 --shape 5776x512x1024
-    run_sanitizer 200 racecheck "$OUT/sanitizer_racecheck_staged.log" --cfg 6 --seed-a 2 --shape 256x1024x1024 \
+    run_sanitizer 150 racecheck "$OUT/sanitizer_racecheck_staged.log" --cfg 6 --seed-a 2 --shape 256x1024x1024 \
       --shape 1008x1520x384
   fi
   i=0
   # "shape:base" pairs; base = the natural pick's knobs with the configuration named (tests/cuda/test_cuda_pick.py)
   for spec in ${PROBE_SPECS:-6144x512x7168:c8r2o1 8192x8192x8192:c7o1 6144x4608x7168:c7o1 6144x4608x7168:c6o1 1024x576x7168:c6p3o1}; do
     shape=${spec%%:*} b=${spec#*:} i=$((i + 1))
-    timeout 150 python3 tests/cuda/config_sweep.py --out "$OUT/probe$i" --rounds 2 --shapes "$shape" \
+    [ "$SECONDS" -lt 420 ] || { echo "probe $shape $b: skipped, ${SECONDS} s gone"; continue; }
+    timeout 100 python3 tests/cuda/config_sweep.py --out "$OUT/probe$i" --rounds 2 --shapes "$shape" \
       --variants "$b,${b}q1,${b}q2,${b}q3,${b}q4,${b}q5,${b}q6" > "$OUT/probe$i.log" 2>&1
     echo "probe $shape $b: exit $? (1: the probes' wrong results, expected)"; grep -A2 "m x n x k" "$OUT/probe$i.log" | cut -c1-150
   done
   b=${PROBE_NCU_BASE:-c7o1}
-  timeout 240 ncu --clock-control none -k regex:wgmma --section SpeedOfLight --section WarpStateStats \
+  # Nsight Compute with what time is left (540 s of the call's 600, the rest for the logs).
+  left=$((540 - SECONDS)); [ "$left" -gt 60 ] || left=0
+  [ "$left" -gt 0 ] && timeout "$left" ncu --clock-control none -k regex:wgmma --section SpeedOfLight --section WarpStateStats \
     --section SchedulerStats --section InstructionStats --section MemoryWorkloadAnalysis_Tables \
     python3 tests/cuda/profile_calls.py --jit --shape "${PROBE_NCU_SHAPE:-6144x4608x7168}" \
     --variants "$b,${b}q1,${b}q2,${b}q3,${b}q6" > "$OUT/ncu-probe.txt" 2>&1

@@ -84,6 +84,15 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
               "gemm (cuda): M, N and K must each fit in int32");
   TORCH_CHECK(aligned16(x.data_ptr()) && aligned16(w.data_ptr()),
               "gemm (cuda): x/a and w/b must start at 16-byte aligned addresses");
+  // The seed-A experiment (Tuning::seed_probe, Tuning::seed_a = 2): a forced configuration, a build with it.
+  bool const experiment = tuning.seed_probe != 0 || (seed_a && tuning.seed_a == 2);
+  TORCH_CHECK(tuning.seed_probe >= 0 && tuning.seed_probe <= kSeedProbeStagedKernel,
+              "gemm (cuda): Tuning::seed_probe must be 0-", kSeedProbeStagedKernel, ", got ", tuning.seed_probe);
+  TORCH_CHECK(tuning.seed_probe == 0 || tuning.cfg >= 0, "gemm (cuda): Tuning::seed_probe needs a forced configuration");
+  TORCH_CHECK(!experiment || seed_a_experiment_built(), "gemm (cuda): Tuning::seed_probe and Tuning::seed_a = 2 ",
+              "need gemm_cuda_wgmma.cu built with -DGEMM_SEED_A_EXPERIMENT (tests/cuda/prebuild.py)");
+  TORCH_CHECK(tuning.seed_probe == 0 || seed_a_fits(x.data_ptr(), x_scale.data_ptr<float>(), M),
+              "gemm (cuda): Tuning::seed_probe reads x as a (K, M): M % 16 == 0 and aligned tensors needed");
   if (tuning.cfg < 0) tuning = pick_tuning(M, N, K);
   int const cfg = tuning.cfg;
   TORCH_CHECK(cfg < kNumConfigs, "gemm (cuda): no configuration ", cfg);
@@ -237,7 +246,8 @@ void seed_with_config(at::Tensor &c, at::Tensor const &a, at::Tensor const &b, a
   }
   bool const seed_a = tuning.seed_a != 0 && fits_int && seed_a_config(picked.cfg) &&
                       seed_a_fits(a.data_ptr(), a_scale.data_ptr<float>(), M);
-  TORCH_CHECK(tuning.seed_a <= 0 || seed_a, "gemm (cuda): Tuning::seed_a = 1, but no configuration reads this a as ",
+  TORCH_CHECK(tuning.seed_a <= 0 || seed_a, "gemm (cuda): Tuning::seed_a = ", tuning.seed_a,
+              ", but no configuration reads this a as ",
               "it is (configuration ", picked.cfg, ", M % 16 == 0 and 16-byte aligned a needed)");
   if (seed_a) {
     picked.seed_a = tuning.seed_a;  // 2: the staged form

@@ -57,6 +57,8 @@ struct GemmArgs {
   bool seed_a_staged = false;
 };
 bool seed_a_fits(void const *a, float const *a_scale, int64_t M);
+// Whether gemm_cuda_wgmma.cu was built with GEMM_SEED_A_EXPERIMENT (GemmArgs::seed_probe, seed_a_staged).
+bool seed_a_experiment_built();
 
 // Launches kKernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent of the stream's
 // previous kernel when pdl (GemmArgs::pdl; the kernel must begin with griddepcontrol.wait). Opts in to

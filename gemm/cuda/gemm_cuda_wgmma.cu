@@ -497,9 +497,9 @@ __device__ __forceinline__ void wgmma_gemm_body(CUtensorMap const *map_x_ptr, CU
   uint32_t const staged_row = 128 * (16 * warp + 8 * (lane / 8 % 2) + lane % 8);
   uint32_t const staged_tile = base + L::kOffStaged + cw * 64 * kBlockK;
   uint64_t const desc_staged = kmajor_sw128_desc(staged_tile);
-  if constexpr (kProbe == kProbeNoLoads) {  // fragments that are not zero (zeros would draw less power)
+  if constexpr (kProbe == kProbeNoLoads) {  // finite e4m3 bytes, not zeros (zeros would draw less power)
 #pragma unroll
-    for (int i = 0; i < 16; ++i) a_frag[i] = (0x01010101u * (lane + 1)) ^ (0x3C5A9600u + 0x1F3u * i);
+    for (int i = 0; i < 16; ++i) a_frag[i] = ((0x01010101u * (lane + 1)) ^ (0x3C5A9600u + 0x1F3u * i)) & 0x7E7E7E7Eu;
   }
   // Stage 0's x_scale of this thread's rows r and r + 8 (the fragment rows below), and its w_scale pair;
   // kSeedA: of its paired rows 2g, 2g + 1 (g = lane / 4), 4 bytes apart.
@@ -1136,6 +1136,14 @@ int run_wgmma(GemmArgs const &g, void *workspace, cudaStream_t stream) {
 }
 
 }  // namespace
+
+bool seed_a_experiment_built() {
+#ifdef GEMM_SEED_A_EXPERIMENT
+  return true;
+#else
+  return false;
+#endif
+}
 
 bool seed_a_fits(void const *a, float const *a_scale, int64_t M) {
   // TMA: a's rows (M bytes) 16-byte strided and based; the scales are copied 4 bytes at a time.

@@ -24,14 +24,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("raster") = 0, py::arg("swizzle") = 1, py::arg("splits") = 1, py::arg("kslices") = 1,
         py::arg("overlap_store") = false, py::arg("seed_probe") = 0);
   m.def("seed_cfg", [](at::Tensor c, at::Tensor a, at::Tensor b, at::Tensor sa, at::Tensor sb, int cfg, bool pdl,
-                       int splits, int fused, int seed_a) {
-    gemm_cuda::Tuning t{cfg, 0, 1, splits, 1};
+                       int splits, int fused, int seed_a, bool overlap_store) {
+    gemm_cuda::Tuning t{cfg, 0, 1, splits, 1, overlap_store};
     t.pdl = pdl;
     t.seed_fused = fused;
     t.seed_a = seed_a;
     gemm_cuda::seed_with_config(c, a, b, sa, sb, t);
   }, py::arg("c"), py::arg("a"), py::arg("b"), py::arg("sa"), py::arg("sb"), py::arg("cfg"), py::arg("pdl") = true,
-        py::arg("splits") = 1, py::arg("fused") = -1, py::arg("seed_a") = -1);
+        py::arg("splits") = 1, py::arg("fused") = -1, py::arg("seed_a") = -1, py::arg("overlap_store") = false);
   m.def("seed_prepare", [](at::Tensor x, at::Tensor w, at::Tensor sx, at::Tensor sw, at::Tensor a,
                            at::Tensor b, at::Tensor sa, at::Tensor sb) {
     gemm_cuda::seed_prepare(x, w, sx, sw, a, b, sa, sb);

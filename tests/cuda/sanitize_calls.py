@@ -92,7 +92,7 @@ def main() -> int:
     ap.add_argument("--shapes", type=int, default=None, help="the first N shapes (default: all, unless --shape)")
     ap.add_argument("--cfg", type=int, default=-1, help="JIT build only: force this configuration on every call")
     ap.add_argument("--splits", type=int, default=1, help="with --cfg: Tuning.splits of the calls")
-    ap.add_argument("--overlap", action="store_true", help="with --cfg: the natural calls' Tuning.overlap_store")
+    ap.add_argument("--overlap", action="store_true", help="with --cfg: the calls' Tuning.overlap_store")
     ap.add_argument("--seed-fused", action="store_true", help="JIT only: seed calls take the fused kernel")
     ap.add_argument(
         "--seed-a", type=int, default=-1, help="with --cfg: the seed calls' Tuning.seed_a (2: the staged form)"
@@ -118,7 +118,9 @@ def main() -> int:
         natural, seed = mod.gemm_natural, mod.gemm_seed
         if args.cfg >= 0:
             natural = functools.partial(mod.natural_cfg, cfg=args.cfg, splits=args.splits, overlap_store=args.overlap)
-            seed = functools.partial(mod.seed_cfg, cfg=args.cfg, splits=args.splits, fused=0, seed_a=args.seed_a)
+            seed = functools.partial(
+                mod.seed_cfg, cfg=args.cfg, splits=args.splits, fused=0, seed_a=args.seed_a, overlap_store=args.overlap
+            )
         if args.seed_fused:
             seed = functools.partial(mod.seed_cfg, cfg=-1, fused=1)
     gen = torch.Generator(device="cuda")
