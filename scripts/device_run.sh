@@ -24,8 +24,9 @@
 #   bash scripts/device_run.sh probe   # JIT build with -DGEMM_SEED_A_EXPERIMENT: the staged form's fp32 checks
 #                                      # and sanitizers (PROBE_NO_SANITIZE=1: none), then the seed-A kernel,
 #                                      # its timing-only probes (SeedProbe) and its staged form beside the
-#                                      # natural kernel, shape by shape (PROBE_SPECS), then Nsight Compute on
-#                                      # them (PROBE_NCU_SHAPE, PROBE_NCU_BASE)
+#                                      # natural kernel, shape by shape (PROBE_SPECS), the quantizer's
+#                                      # experiment forms, then Nsight Compute on the seed-A forms
+#                                      # (PROBE_NCU_SHAPE, PROBE_NCU_BASE)
 # Logs and results go to $OUT. See gemm/cuda/NOTES.md.
 # .whl (gitignored, carried) holds the wheels the device lacks, for its Python 3.12, filled here with
 #   pip download --no-deps --python-version 3.12 --only-binary=:all: -d .whl \
@@ -159,9 +160,11 @@ elif [ "$mode" = probe ]; then
   # q5: the loads written back K-major for an SS wgmma, the staged form's work; q6: the staged form itself,
   # configurations 6 and 7 only: 192x128 tiles refuse it).
   # The probes' results are wrong by design: each sweep lists them as inaccurate and exits 1 (not counted).
-  # Objects built here from these sources with the macro: .cache/cuda_prebuilt_probe; else the device builds.
+  # Then, with time left, the quantizer's experiment forms (tests/cuda/quant_sweep.py).
+  # Objects built here from these sources with both macros: .cache/cuda_prebuilt_probe (tests/cuda/prebuild.py
+  # .cache/cuda_prebuilt_probe -DGEMM_SEED_A_EXPERIMENT -DGEMM_QUANT_ROUNDS_EXPERIMENT); else the device builds.
   if [ -d .cache/cuda_prebuilt_probe ]; then export GEMM_CUDA_PREBUILT=.cache/cuda_prebuilt_probe
-  else unset GEMM_CUDA_PREBUILT; export GEMM_CUDA_EXTRA_FLAGS=-DGEMM_SEED_A_EXPERIMENT; fi
+  else unset GEMM_CUDA_PREBUILT; export GEMM_CUDA_EXTRA_FLAGS="-DGEMM_SEED_A_EXPERIMENT -DGEMM_QUANT_ROUNDS_EXPERIMENT"; fi
   python3 -c "from tests.cuda.device_check import load_jit; load_jit()" 2>&1 | tail -n 5 || exit 1
   # The staged form (Tuning.seed_a = 2, correct results) on seed calls first: fp32 checks per configuration
   # (partial tiles, a wrapping ring, split tails, the overlapped store), then memcheck and racecheck. Its two
@@ -194,6 +197,11 @@ elif [ "$mode" = probe ]; then
       --variants "$b,${b}q1,${b}q2,${b}q3,${b}q4,${b}q5,${b}q6" > "$OUT/probe$i.log" 2>&1
     echo "probe $shape $b: exit $? (1: the probes' wrong results, expected)"; grep -A2 "m x n x k" "$OUT/probe$i.log" | cut -c1-150
   done
+  if [ "$SECONDS" -lt 440 ]; then
+    timeout 60 python3 tests/cuda/quant_sweep.py --out "$OUT/quant" > "$OUT/quant.log" 2>&1
+    st=$?; [ $st -eq 0 ] || rc=1
+    echo "quant_sweep: exit $st"; tail -n 15 "$OUT/quant.log" | cut -c1-150
+  fi
   b=${PROBE_NCU_BASE:-c7o1}
   # Nsight Compute with what time is left (540 s of the call's 600, the rest for the logs).
   left=$((540 - SECONDS)); [ "$left" -gt 60 ] || left=0

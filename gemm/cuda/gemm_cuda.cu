@@ -280,6 +280,12 @@ void gemm_natural(torch::Tensor &out, torch::Tensor const &x, torch::Tensor cons
 // starts elsewhere is copied first (a fresh allocation is aligned); here, not in Python, where
 // torch.compile cannot read a view's offset without a graph break.
 void quantize_rows(torch::Tensor &q, torch::Tensor &scale, torch::Tensor const &x_in, bool power_of_two) {
+  gemm_cuda::quantize_rows_with(q, scale, x_in, power_of_two, 1);
+}
+
+// rounds: QuantizeRowsArgs::rounds (1 for the op; 2 and 4 in experiment builds, tests/cuda/quant_sweep.py).
+void gemm_cuda::quantize_rows_with(torch::Tensor &q, torch::Tensor &scale, torch::Tensor const &x_in,
+                                   bool power_of_two, int rounds) {
   TORCH_CHECK((reinterpret_cast<uintptr_t>(q.data_ptr()) & 7) == 0, "q must start on an 8-byte boundary");
   c10::cuda::CUDAGuard guard(x_in.device());
   at::Tensor const x = gemm_cuda::aligned16(x_in.data_ptr()) ? x_in : x_in.clone();
@@ -297,5 +303,6 @@ void quantize_rows(torch::Tensor &q, torch::Tensor &scale, torch::Tensor const &
   a.blocks_per_row = x.size(1) / gemm_cuda::kBlock;
   a.inv_max = 1.0f / 448.0f;  // e4m3fn's largest finite value, as torch's GPU division by it uses it
   a.power_of_two = power_of_two;
+  a.rounds = rounds;
   C10_CUDA_CHECK(gemm_cuda::launch_quantize_rows(a, c10::cuda::getCurrentCUDAStream(x.get_device()).stream()));
 }

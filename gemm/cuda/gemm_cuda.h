@@ -25,4 +25,8 @@ void seed_prepare(at::Tensor &x, at::Tensor &w, at::Tensor &x_scale, at::Tensor 
                   at::Tensor const &a, at::Tensor const &b, at::Tensor const &a_scale,
                   at::Tensor const &b_scale);
 
+// quantize_activations' kernel (the op quantize_rows) with `rounds` blocks per half-warp (QuantizeRowsArgs;
+// 1 is what the op runs, 2 and 4 need GEMM_QUANT_ROUNDS_EXPERIMENT): for timing them.
+void quantize_rows_with(at::Tensor &q, at::Tensor &scale, at::Tensor const &x, bool power_of_two, int rounds);
+
 }  // namespace gemm_cuda

@@ -175,6 +175,9 @@ struct QuantizeRowsArgs {
   int64_t blocks_per_row;
   float inv_max;
   bool power_of_two;
+  // Blocks per half-warp, their loads issued first: 1 (what the op runs); 2 or 4 in builds with
+  // GEMM_QUANT_ROUNDS_EXPERIMENT only (tests/cuda/quant_sweep.py), cudaErrorInvalidValue otherwise.
+  int rounds = 1;
 };
 cudaError_t launch_quantize_rows(QuantizeRowsArgs const &a, cudaStream_t stream);
 

@@ -36,6 +36,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                            at::Tensor b, at::Tensor sa, at::Tensor sb) {
     gemm_cuda::seed_prepare(x, w, sx, sw, a, b, sa, sb);
   });
+  m.def("quantize_rows", [](at::Tensor q, at::Tensor scale, at::Tensor x, bool power_of_two, int rounds) {
+    gemm_cuda::quantize_rows_with(q, scale, x, power_of_two, rounds);
+  }, py::arg("q"), py::arg("scale"), py::arg("x"), py::arg("power_of_two") = false, py::arg("rounds") = 1);
   m.def("num_configs", &gemm_cuda::num_configs);
   m.def("config_name", [](int cfg) { return std::string(gemm_cuda::config_name(cfg)); });
   m.def("pick_tuning", [](int64_t m, int64_t n, int64_t k) {

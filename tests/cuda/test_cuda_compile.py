@@ -414,6 +414,46 @@ def test_seed_a_staged_form_writes_its_tile_between_two_barriers(seed_a_experime
         assert block.count("stmatrix.sync") == 4 == block[first_sync:fence].count("stmatrix.sync"), name[:90]
 
 
+def test_quantizer_is_one_kernel_per_input_type_without_spills(compiled, ptx):
+    """quantize_activations' kernel (gemm_cuda_quant.cu): one instantiation per input type (bf16, fp16, fp32),
+    sm_90a, no spills; its experiment forms (several blocks per half-warp, GEMM_QUANT_ROUNDS_EXPERIMENT) are
+    not in the shipped build."""
+    rc, log = compiled["gemm_cuda_quant.cu"]
+    assert rc == 0, log[-4000:]
+    ks = [k for k in _kernels(log) if "quantize_rows" in k["name"]]
+    assert len(ks) == 3 and all("quantize_rows_kernel" in k["name"] for k in ks), [k["name"][:90] for k in ks]
+    assert all(k["arch"] == "sm_90a" and k["spill"] == 0 for k in ks), ks
+    assert "quantize_rows_rounds_kernel" not in ptx["gemm_cuda_quant.cu"]
+
+
+def test_quantizer_experiment_loads_every_round_before_it_converts(nvcc_command, build_dir):
+    """The experiment forms (quantize_rows_rounds_kernel<T, 2 or 4>, tests/cuda/quant_sweep.py): no spills, and
+    each lane's loads for all its rounds come before its first conversion to FP8, which is what puts more
+    bytes in flight than the shipped kernel's one load."""
+    src = CUDA_DIR / "gemm_cuda_quant.cu"
+    proc = subprocess.run(
+        nvcc_command(src, "quant_rounds", ("-DGEMM_QUANT_ROUNDS_EXPERIMENT",)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-4000:]
+    ks = {k["name"]: k for k in _kernels(log) if "quantize_rows_rounds_kernel" in k["name"]}
+    rounds = sorted(int(re.search(r"rounds_kernelI\w+?Li(\d)EE", n).group(1)) for n in ks)
+    assert rounds == [2, 2, 2, 4, 4, 4], sorted(ks)
+    assert all(k["arch"] == "sm_90a" and k["spill"] == 0 for k in ks.values()), ks
+    text = "\n".join(f.read_text() for f in sorted((build_dir / "quant_rounds").glob("*.ptx")))
+    for name, body in _entries(text).items():
+        if "quantize_rows_rounds_kernel" not in name:
+            continue
+        n = int(re.search(r"Li(\d)EE", name).group(1))
+        wide = 2 if "IfLi" in name else 1  # fp32 takes two 16-byte loads for 8 values
+        first_cvt = body.index("cvt.rn.satfinite.e4m3x2.f32")
+        loads = re.findall(r"ld\.global\.nc\.v4", body[:first_cvt])
+        assert len(loads) == n * wide, (name[:90], len(loads))
+
+
 def test_decode_kernels_compile_for_each_row_count(compiled):
     """gemm_cuda_decode.cu: one instantiation per padded row count (wgmma N of 8, 16, 32, 64), sm_90a code with
     its wgmma loop (a guarded-out body would need a handful of registers), registers for two CTAs of 160
