@@ -197,8 +197,8 @@ elif [ "$mode" = probe ]; then
       --variants "$b,${b}q1,${b}q2,${b}q3,${b}q4,${b}q5,${b}q6" > "$OUT/probe$i.log" 2>&1
     echo "probe $shape $b: exit $? (1: the probes' wrong results, expected)"; grep -A2 "m x n x k" "$OUT/probe$i.log" | cut -c1-150
   done
-  if [ "$SECONDS" -lt 440 ]; then
-    timeout 60 python3 tests/cuda/quant_sweep.py --out "$OUT/quant" > "$OUT/quant.log" 2>&1
+  if [ "$SECONDS" -lt 430 ]; then
+    timeout 90 python3 tests/cuda/quant_sweep.py --out "$OUT/quant" > "$OUT/quant.log" 2>&1
     st=$?; [ $st -eq 0 ] || rc=1
     echo "quant_sweep: exit $st"; tail -n 15 "$OUT/quant.log" | cut -c1-150
   fi

@@ -37,6 +37,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     gemm_cuda::seed_prepare(x, w, sx, sw, a, b, sa, sb);
   });
   m.def("quantize_rows", [](at::Tensor q, at::Tensor scale, at::Tensor x, bool power_of_two, int rounds) {
+    // The op's binding checks these (torch-ext/torch_binding.cpp); this one is called directly.
+    TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.size(1) % 128 == 0, "x: contiguous (M, K), K % 128 == 0");
+    TORCH_CHECK(q.sizes() == x.sizes() && q.element_size() == 1 && q.is_contiguous(), "q: contiguous (M, K) bytes");
+    TORCH_CHECK(scale.dim() == 2 && scale.size(0) == x.size(0) && scale.size(1) == x.size(1) / 128 &&
+                    scale.scalar_type() == at::kFloat && scale.is_contiguous(),
+                "scale: contiguous (M, K / 128) float32");
     gemm_cuda::quantize_rows_with(q, scale, x, power_of_two, rounds);
   }, py::arg("q"), py::arg("scale"), py::arg("x"), py::arg("power_of_two") = false, py::arg("rounds") = 1);
   m.def("num_configs", &gemm_cuda::num_configs);

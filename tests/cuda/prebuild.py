@@ -3,7 +3,8 @@ gemm/cuda/gemm_cuda_*.cu compiled here, with this machine's nvcc and load_jit's 
 device call links them instead of spending its own minutes compiling the kernels. Not collected by pytest.
 
     python3 tests/cuda/prebuild.py .cache/cuda_prebuilt
-    python3 tests/cuda/prebuild.py .cache/cuda_prebuilt_probe -DGEMM_SEED_A_EXPERIMENT   (scripts/device_run.sh probe)
+    python3 tests/cuda/prebuild.py .cache/cuda_prebuilt_probe -DGEMM_SEED_A_EXPERIMENT \
+        -DGEMM_QUANT_ROUNDS_EXPERIMENT   (scripts/device_run.sh probe)
 
 Objects from other sources than the ones the device call compiles (gemm_cuda.cu, the binding) would link
 against a different GemmArgs: rebuild them after any change under gemm/cuda/. nvcc flags that take a value

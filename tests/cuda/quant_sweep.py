@@ -1,8 +1,9 @@
 """Development sweep of quantize_activations' CUDA kernel (not collected by pytest): the shipped kernel
 (rounds=1, one 128-element block per half-warp) against its experiment forms (rounds=2 and 4: each lane's
 loads for that many blocks issued before it uses any; gemm/cuda/gemm_cuda_quant.cu), on activations of the
-challenge shapes' M x K. Each form's first call must give the shipped kernel's bits (FP8 values and scales),
-else the sweep exits 1; then all are timed call by call (L2 flushed) as benchmarks.run times. Needs objects
+challenge shapes' M x K. Each form must give the shipped kernel's bits (FP8 values and scales) on check-only cases
+(partial last CTAs, every input type, both scale rules, zeros, NaN, inf) and on each timed shape's first
+call, else the sweep exits 1; then all are timed call by call (L2 flushed) as benchmarks.run times. Needs objects
 built with -DGEMM_QUANT_ROUNDS_EXPERIMENT (tests/cuda/prebuild.py) or $GEMM_CUDA_EXTRA_FLAGS set so.
 
     python3 tests/cuda/quant_sweep.py --out DIR [--shapes 6144x7168,1024x7168] [--rounds 1,2,4]
@@ -11,6 +12,7 @@ built with -DGEMM_QUANT_ROUNDS_EXPERIMENT (tests/cuda/prebuild.py) or $GEMM_CUDA
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import pathlib
 import statistics
@@ -24,6 +26,48 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.timing import Budget, Flusher, reps_for, time_interleaved, warm_up  # noqa: E402
 from tests.cuda.device_check import load_jit  # noqa: E402
+
+# Checked, not timed: a last CTA only partly filled (one half-warp past the end while its partner goes on),
+# single rows, every input type, both scale rules, and blocks of zeros, NaN and inf.
+CHECK_SHAPES = ((1, 384), (17, 1152), (3, 128), (4097, 7168))
+CHECK_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def quantize(mod, x: torch.Tensor, power_of_two: bool, rounds: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel's bytes and scales as integers, from outputs filled with a sentinel first (an unwritten
+    byte or scale shows), so that NaN scales compare too."""
+    q = torch.full(x.shape, 0xA5, dtype=torch.uint8, device=x.device)
+    scale = torch.full((x.shape[0], x.shape[1] // 128), -7.0, device=x.device)
+    mod.quantize_rows(q, scale, x, power_of_two, rounds)
+    torch.cuda.synchronize()
+    return q, scale.view(torch.int32)
+
+
+def check_forms(mod, rounds: list[int], gen: torch.Generator) -> int:
+    """How many (form, case) pairs differ from the shipped kernel's bits. First, that the build has the
+    experiment at all: without the macro every form but 1 is refused, and an object older than
+    QuantizeRowsArgs::rounds would run the shipped kernel for every form (and agree with it): it must
+    refuse a form that does not exist."""
+    try:
+        quantize(mod, torch.ones(1, 128, device="cuda"), False, 3)
+    except RuntimeError:
+        pass
+    else:
+        raise SystemExit("rounds=3 was accepted: these objects predate QuantizeRowsArgs::rounds; rebuild them")
+    bad = 0
+    for (m, k), dtype, p2 in itertools.product(CHECK_SHAPES, CHECK_DTYPES, (False, True)):
+        x = torch.randn(m, k, generator=gen, device="cuda").to(dtype)
+        x[0, :128] = 0  # a block of zeros: the smallest normal scale
+        if m > 1:
+            x[1, 5], x[1, 200 % k] = float("nan"), float("inf")
+        want = quantize(mod, x, p2, 1)
+        for r in rounds[1:]:
+            got = quantize(mod, x, p2, r)
+            if not all(torch.equal(a, b) for a, b in zip(got, want, strict=True)):
+                print(f"rounds={r} differs from rounds=1 at {m}x{k} {dtype} power_of_two={p2}", flush=True)
+                bad += 1
+    return bad
+
 
 # The activations (M x K) of the 18 challenge shapes, each once.
 DEFAULT_SHAPES = ",".join(f"{m}x{k}" for m in (1024, 6144) for k in (7168, 1536, 256, 2048, 2304, 512))
@@ -45,7 +89,9 @@ def main() -> int:
     flush = Flusher(dev)
     budget = Budget.for_device("cuda", quick=False)
     gen = torch.Generator(device=dev).manual_seed(5)
-    rows, failures = [], 0
+    failures = check_forms(mod, rounds, gen)
+    print(f"checked cases: {failures} differ", flush=True)
+    rows = []
     for spec in args.shapes.split(","):
         m, k = (int(v) for v in spec.split("x"))
         xs = [torch.randn(m, k, generator=gen, device=dev).to(dtype) for _ in range(3)]

@@ -444,9 +444,9 @@ def test_quantizer_experiment_loads_every_round_before_it_converts(nvcc_command,
     assert rounds == [2, 2, 2, 4, 4, 4], sorted(ks)
     assert all(k["arch"] == "sm_90a" and k["spill"] == 0 for k in ks.values()), ks
     text = "\n".join(f.read_text() for f in sorted((build_dir / "quant_rounds").glob("*.ptx")))
-    for name, body in _entries(text).items():
-        if "quantize_rows_rounds_kernel" not in name:
-            continue
+    bodies = {n: b for n, b in _entries(text).items() if "quantize_rows_rounds_kernel" in n}
+    assert bodies.keys() == ks.keys()
+    for name, body in bodies.items():
         n = int(re.search(r"Li(\d)EE", name).group(1))
         wide = 2 if "IfLi" in name else 1  # fp32 takes two 16-byte loads for 8 values
         first_cvt = body.index("cvt.rn.satfinite.e4m3x2.f32")
