@@ -85,7 +85,8 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
   TORCH_CHECK(aligned16(x.data_ptr()) && aligned16(w.data_ptr()),
               "gemm (cuda): x/a and w/b must start at 16-byte aligned addresses");
   // The seed-A experiment (Tuning::seed_probe, Tuning::seed_a = 2): a forced configuration, a build with it.
-  bool const experiment = tuning.seed_probe != 0 || (seed_a && tuning.seed_a == 2);
+  bool const staged = (seed_a && tuning.seed_a == 2) || tuning.seed_probe == kSeedProbeStagedKernel;
+  bool const experiment = tuning.seed_probe != 0 || staged;
   TORCH_CHECK(tuning.seed_probe >= 0 && tuning.seed_probe <= kSeedProbeStagedKernel,
               "gemm (cuda): Tuning::seed_probe must be 0-", kSeedProbeStagedKernel, ", got ", tuning.seed_probe);
   TORCH_CHECK(tuning.seed_probe == 0 || tuning.cfg >= 0, "gemm (cuda): Tuning::seed_probe needs a forced configuration");
@@ -140,9 +141,9 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
   g.splits = tuning.splits;
   g.overlap_store = tuning.overlap_store;
   g.seed_a = seed_a || tuning.seed_probe > 0;  // a probe reads x's bytes as if they were a (K, M)
-  g.seed_a_staged = (seed_a && tuning.seed_a == 2) || tuning.seed_probe == kSeedProbeStagedKernel;
+  g.seed_a_staged = staged;
   g.seed_probe = tuning.seed_probe == kSeedProbeStagedKernel ? 0 : tuning.seed_probe;
-  TORCH_CHECK(!g.seed_a_staged || cfg == kSquare128Config || cfg == kWide192Config,
+  TORCH_CHECK(!staged || cfg == kSquare128Config || cfg == kWide192Config,
               "gemm (cuda): the staged form (Tuning::seed_a = 2) takes configurations 6 and 7, not ", cfg);
 
   size_t const ws_bytes = kConfigs[cfg].workspace(g);

@@ -112,6 +112,17 @@ __global__ void __launch_bounds__(kThreads) quantize_rows_kernel(T const *__rest
   quantize8(v, amax_bits, inv_max, power_of_two, q + offset, scale + block, lane);
 }
 
+// launch(x) with a.x as a pointer to its input type.
+template <class Launch>
+cudaError_t with_input(QuantizeRowsArgs const &a, Launch launch) {
+  switch (a.input) {
+    case QuantizeInput::kBFloat16: return launch(static_cast<__nv_bfloat16 const *>(a.x));
+    case QuantizeInput::kFloat16: return launch(static_cast<__half const *>(a.x));
+    case QuantizeInput::kFloat32: return launch(static_cast<float const *>(a.x));
+  }
+  return cudaErrorInvalidValue;
+}
+
 #ifdef GEMM_QUANT_ROUNDS_EXPERIMENT
 // The same with kRounds blocks per half-warp (QuantizeRowsArgs::rounds): the CTA's half-warps take
 // kBlocksPerCta consecutive blocks in each round (coalesced), and each lane issues all its rounds' loads
@@ -147,18 +158,12 @@ cudaError_t launch_rounds(QuantizeRowsArgs const &a, int64_t blocks, cudaStream_
   int64_t const ctas = (blocks + kBlocksPerCta * kRounds - 1) / (kBlocksPerCta * kRounds);
   if (ctas > INT32_MAX) return cudaErrorInvalidValue;
   dim3 const grid(static_cast<unsigned>(ctas));
-  auto const launch = [&](auto const *x) {
+  return with_input(a, [&](auto const *x) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(x)>>;
     quantize_rows_rounds_kernel<T, kRounds>
         <<<grid, kThreads, 0, stream>>>(x, a.q, a.scale, blocks, a.inv_max, a.power_of_two);
     return cudaGetLastError();
-  };
-  switch (a.input) {
-    case QuantizeInput::kBFloat16: return launch(static_cast<__nv_bfloat16 const *>(a.x));
-    case QuantizeInput::kFloat16: return launch(static_cast<__half const *>(a.x));
-    case QuantizeInput::kFloat32: return launch(static_cast<float const *>(a.x));
-  }
-  return cudaErrorInvalidValue;
+  });
 }
 #endif
 
@@ -177,16 +182,10 @@ cudaError_t launch_quantize_rows(QuantizeRowsArgs const &a, cudaStream_t stream)
   int64_t const ctas = (blocks + kBlocksPerCta - 1) / kBlocksPerCta;
   if (ctas > INT32_MAX) return cudaErrorInvalidValue;
   dim3 const grid(static_cast<unsigned>(ctas));
-  auto const launch = [&](auto const *x) {
+  return with_input(a, [&](auto const *x) {
     quantize_rows_kernel<<<grid, kThreads, 0, stream>>>(x, a.q, a.scale, blocks, a.inv_max, a.power_of_two);
     return cudaGetLastError();
-  };
-  switch (a.input) {
-    case QuantizeInput::kBFloat16: return launch(static_cast<__nv_bfloat16 const *>(a.x));
-    case QuantizeInput::kFloat16: return launch(static_cast<__half const *>(a.x));
-    case QuantizeInput::kFloat32: return launch(static_cast<float const *>(a.x));
-  }
-  return cudaErrorInvalidValue;
+  });
 }
 
 }  // namespace gemm_cuda

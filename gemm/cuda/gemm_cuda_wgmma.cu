@@ -529,29 +529,20 @@ __device__ __forceinline__ void wgmma_gemm_body(CUtensorMap const *map_x_ptr, CU
     auto k_block = [&](int kb, auto first) {
       if constexpr (kProbe == kProbeNoLoads) {
         issue_batch_rs<BN>(acc, a_frag, desc_b0 + static_cast<uint64_t>(s * (L::kBytesB >> 4)));
-      } else if constexpr (kStaged) {
+      } else if constexpr (kStaged || kProbe == kProbeStaged) {
         load_seed_a<kBoxWidth>(a_frag, base + s * L::kBytesA, a_off, sel_even);
-        // Every warp of the warpgroup has waited for its previous batch, the last reader of the tile.
-        named_sync(1 + cw);
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          stmatrix_x4(staged_tile + staged_row + (((2 * q + lane / 16) ^ (staged_row / 128 % 8)) << 4),
-                      a_frag[4 * q], a_frag[4 * q + 1], a_frag[4 * q + 2], a_frag[4 * q + 3]);
-        }
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the writes, visible to wgmma
-        named_sync(1 + cw);  // and every warp's rows written
-        issue_batch<BN>(acc, desc_staged, desc_b0 + static_cast<uint64_t>(s * (L::kBytesB >> 4)));
-      } else if constexpr (kProbe == kProbeStaged) {
-        load_seed_a<kBoxWidth>(a_frag, base + s * L::kBytesA, a_off, sel_even);
-        uint32_t const tile = base + s * L::kBytesA + cw * 64 * kBlockK;
+        // The staged form writes its own tile, once every warp of the warpgroup has waited for its previous
+        // batch (the tile's last reader); the probe writes over the stage's raw box, with no such barrier.
+        uint32_t const tile = kStaged ? staged_tile : base + s * L::kBytesA + cw * 64 * kBlockK;
+        if constexpr (kStaged) named_sync(1 + cw);
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           stmatrix_x4(tile + staged_row + (((2 * q + lane / 16) ^ (staged_row / 128 % 8)) << 4), a_frag[4 * q],
                       a_frag[4 * q + 1], a_frag[4 * q + 2], a_frag[4 * q + 3]);
         }
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the writes, visible to wgmma
-        named_sync(1 + cw);
-        issue_batch<BN>(acc, desc_a0 + static_cast<uint64_t>(s * (L::kBytesA >> 4)),
+        named_sync(1 + cw);  // and every warp's rows written
+        issue_batch<BN>(acc, kStaged ? desc_staged : desc_a0 + static_cast<uint64_t>(s * (L::kBytesA >> 4)),
                         desc_b0 + static_cast<uint64_t>(s * (L::kBytesB >> 4)));
       } else if constexpr (kProbe == kProbeLoadsSs || kProbe == kProbeSsOnly) {
         if constexpr (kProbe == kProbeLoadsSs) {  // kept alive by probe_sink: ptxas drops unused loads
