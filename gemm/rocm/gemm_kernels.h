@@ -79,6 +79,8 @@ struct TileCfg {
   static constexpr int FN = WTN / MT;       // ... along N
   static constexpr int KI = 512 / MT;       // K per MFMA: 32 (16x16x32) or 16 (32x32x16)
   static constexpr int NACC = MT * MT / 64; // fp32 results per lane per fragment
+  static constexpr int wave_m0(int wave) { return (wave % WAVES_M) * WTM; }  // wave tile's first row
+  static constexpr int wave_n0(int wave) { return (wave / WAVES_M) * WTN; }  // ... and first column
   static constexpr int LDS_STAGE_BYTES = (BM + BN) * kLdsStride;  // one buffer: A rows, then B rows
   static constexpr int LDS_BYTES = 2 * LDS_STAGE_BYTES + 2 * THREADS * 4;  // + a_scale x 2 (all threads)
   static constexpr int NAT_CHUNKS = (BM + BN) * (kStageK / 16) / THREADS;  // 16-B chunks / thread
@@ -112,6 +114,49 @@ constexpr bool cfg_matches_table() {
 }
 static_assert(cfg_matches_table<0>() && cfg_matches_table<1>() && cfg_matches_table<2>(),
               "TileCfg instances and gemm_plan.h kConfigs disagree");
+
+// ---------------------------------------------------------------------------------------------
+// Where each lane's LDS accesses fall: byte offsets within one stage buffer (A rows [0, BM), then B
+// rows [BM, BM + BN), 72 bytes apart) and rows of the a_scale slots. The kernel forms its LDS
+// addresses with these functions only, and tools/lds_check.cpp evaluates the same functions for
+// all 64 lanes of every wave to count bank conflicts (32 banks x 4 B) and to check that the staging
+// writes every byte of a stage exactly once. A row stride of 18 dwords puts rows 8 apart 16 banks
+// apart and any two rows an odd number apart on distinct bank pairs.
+template <class Cfg>
+struct LdsMap {
+  static constexpr int BM = Cfg::BM, MT = Cfg::MT;
+
+  // Natural staging (K-contiguous rows, 16-byte chunks, 4 lanes per row's 64 bytes). Chunk j of a
+  // wave covers 16 rows from nat_first_row (wave-uniform: a wave's rows are all A or all B). Within
+  // them, 16 consecutive lanes take the rows {x, x + 8, x + 1, x + 9}, x = 2 * (lane / 16): their
+  // 8-byte halves fall on 16 distinct bank pairs, and every 8 consecutive lanes' 16-byte chunks
+  // (rows x and x + 8, or x + 1 and x + 9) on 32 distinct banks. Rows x .. x + 3 in order (the
+  // first version) put rows 2 apart 4 banks apart: a 2-way conflict on every store.
+  static constexpr int nat_first_row(int wave, int j) { return (wave * 64 + j * Cfg::THREADS) >> 2; }
+  static constexpr int nat_lane_row(int lane) {
+    const int i = (lane >> 2) & 3;
+    return 2 * (lane >> 4) + 8 * (i & 1) + (i >> 1);
+  }
+  static constexpr int nat_col(int lane) { return (lane & 3) * 16; }
+
+  // Seed staging (units of 64 rows x 32 K, see Stager): the lane's 4 rows start at seed_row, its
+  // 8 K bytes at seed_col; g = (lane >> 2) & 3 picks the K-rows, ch the 4 rows.
+  static constexpr int seed_ch(int lane) { return (lane & 3) + 4 * (lane >> 4); }
+  static constexpr int seed_g(int lane) { return (lane >> 2) & 3; }
+  static constexpr int seed_row(bool isA, int mu, int lane) { return (isA ? 0 : BM) + mu * 64 + 4 * seed_ch(lane); }
+  static constexpr int seed_col(int ku, int lane) { return ku * 32 + 8 * seed_g(lane); }
+
+  // MFMA operands: lane l reads 8 K bytes of row (A) / column (B) l % MT, from K byte 8 * (l / MT)
+  // of K-step ks, at operand_base + operand_lane. row0 = wave_m0 + i * MT (A) or BM + wave_n0 +
+  // j * MT (B): the fragment's first row. (Kept as two terms: the lane's part is computed once, and
+  // in this form the compiler pairs the two K-steps' reads into one ds_read2_b64.)
+  static constexpr int operand_base(int row0, int ks) { return row0 * kLdsStride + ks * Cfg::KI; }
+  static constexpr int operand_lane(int lane) { return (lane % MT) * kLdsStride + 8 * (lane / MT); }
+
+  // a_scale slot of result element e of a fragment whose first row is row0 (both MFMA shapes:
+  // row 8 * (e / 4) + 4 * (lane / MT) + e % 4).
+  static constexpr int sa_row(int row0, int e, int lane) { return row0 + 8 * (e / 4) + 4 * (lane / MT) + (e % 4); }
+};
 
 // ---------------------------------------------------------------------------------------------
 // MFMA wrappers (wave-collective: every lane of the wave must call them).
@@ -154,7 +199,8 @@ __device__ __forceinline__ void transpose4x4(uint32_t d0, uint32_t d1, uint32_t 
 // Staging of one LDS stage (A rows [0, BM) then B rows [BM, BM+BN), 64 K each).
 //
 // Natural (K-contiguous rows): 16-byte chunks, 4 consecutive threads read one row's 64 bytes;
-// 16 consecutive lanes cover 4 rows x 64 B, a wave 16 rows, always of one operand (BM % 16 == 0).
+// 16 consecutive lanes cover 4 rows x 64 B (rows 8 apart in pairs, LdsMap), a wave 16 rows, always
+// of one operand (BM % 16 == 0).
 // Seed (row dimension contiguous, X is (K, E)): a wave stages "units" of 64 rows x 32 K. Lane l
 // reads 8 K-rows (k = 8g + t) x 4 contiguous bytes (rows 4ch .. 4ch+3), with
 //   g = (l >> 2) & 3,  ch = (l & 3) + 4 * (l >> 4),
@@ -166,6 +212,7 @@ __device__ __forceinline__ void transpose4x4(uint32_t d0, uint32_t d1, uint32_t 
 template <class Cfg, int LAYOUT, bool VEC>
 struct Stager {
   static constexpr int BM = Cfg::BM, BN = Cfg::BN;
+  using Map = LdsMap<Cfg>;
   static constexpr int NREG = LAYOUT == kNatural ? Cfg::NAT_CHUNKS * 4 : Cfg::SEED_UNITS_PER_WAVE * 8;
   uint32_t r[NREG];
 
@@ -190,10 +237,10 @@ struct Stager {
       const int K = p.K;
 #pragma unroll
       for (int j = 0; j < Cfg::NAT_CHUNKS; ++j) {
-        const int rbase = (wave * 64 + j * Cfg::THREADS) >> 2;  // wave-uniform first row
+        const int rbase = Map::nat_first_row(wave, j);  // wave-uniform
         const bool isA = rbase < BM;
-        const int row = (isA ? rbase : rbase - BM) + (lane >> 2);  // row within the operand tile
-        const int col = (lane & 3) * 16;
+        const int row = (isA ? rbase : rbase - BM) + Map::nat_lane_row(lane);  // row within the operand tile
+        const int col = Map::nat_col(lane);
         const uint8_t* X = isA ? p.a : p.b;
         const int E = isA ? p.M : p.N;
         const int row0 = isA ? m0 : n0;
@@ -224,8 +271,8 @@ struct Stager {
         r[4 * j + 3] = v.w;
       }
     } else {
-      const int g = (lane >> 2) & 3;
-      const int ch = (lane & 3) + 4 * (lane >> 4);
+      const int g = Map::seed_g(lane);
+      const int ch = Map::seed_ch(lane);
 #pragma unroll
       for (int j = 0; j < Cfg::SEED_UNITS_PER_WAVE; ++j) {
         const int unit = wave + j * Cfg::WAVES;  // wave-uniform
@@ -267,28 +314,26 @@ struct Stager {
     if constexpr (LAYOUT == kNatural) {
 #pragma unroll
       for (int j = 0; j < Cfg::NAT_CHUNKS; ++j) {
-        const int row = ((wave * 64 + j * Cfg::THREADS) >> 2) + (lane >> 2);  // A rows then B rows
+        const int row = Map::nat_first_row(wave, j) + Map::nat_lane_row(lane);  // A rows then B rows
         // one 16-byte value (ds_write2_b64): as two 64-bit halves the compiler re-loaded the low
         // half with a second global load
-        *(u32x4_a8*)(lds + row * kLdsStride + (lane & 3) * 16) =
+        *(u32x4_a8*)(lds + row * kLdsStride + Map::nat_col(lane)) =
             u32x4_a8{r[4 * j + 0], r[4 * j + 1], r[4 * j + 2], r[4 * j + 3]};
       }
     } else {
-      const int g = (lane >> 2) & 3;
-      const int ch = (lane & 3) + 4 * (lane >> 4);
 #pragma unroll
       for (int j = 0; j < Cfg::SEED_UNITS_PER_WAVE; ++j) {
         const int unit = wave + j * Cfg::WAVES;
         if (unit >= Cfg::SEED_UNITS) break;
         const SeedUnit s = seed_unit(unit);
-        const int ku = s.ku;
-        const int row0 = (s.isA ? 0 : BM) + s.mu * 64 + 4 * ch;
+        const int row0 = Map::seed_row(s.isA, s.mu, lane);
+        const int col = Map::seed_col(s.ku, lane);
         uint32_t lo[4], hi[4];
         transpose4x4(r[8 * j + 0], r[8 * j + 1], r[8 * j + 2], r[8 * j + 3], lo);
         transpose4x4(r[8 * j + 4], r[8 * j + 5], r[8 * j + 6], r[8 * j + 7], hi);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          uint64_t* dst = (uint64_t*)(lds + (row0 + i) * kLdsStride + ku * 32 + 8 * g);
+          uint64_t* dst = (uint64_t*)(lds + (row0 + i) * kLdsStride + col);
           *dst = (uint64_t)lo[i] | ((uint64_t)hi[i] << 32);
         }
       }
@@ -330,8 +375,8 @@ __global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(A
   const int tid = threadIdx.x;
   const int lane = tid & 63;
   const int wave = __builtin_amdgcn_readfirstlane(tid >> 6);  // wave-uniform (SGPR)
-  const int wm0 = (wave % Cfg::WAVES_M) * Cfg::WTM;
-  const int wn0 = (wave / Cfg::WAVES_M) * Cfg::WTN;
+  const int wm0 = Cfg::wave_m0(wave);
+  const int wn0 = Cfg::wave_n0(wave);
 
   int tm, tn;
   tile_coords(blockIdx.x, p.tiles_m, p.tiles_n, tm, tn);
@@ -369,8 +414,8 @@ __global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(A
 #pragma unroll
     for (int j = 0; j < Cfg::FN; ++j) acc[i][j] = acc_t{};
 
-  const int lrow = lane % MT;      // operand row (A) / column (B) of this lane
-  const int lk = 8 * (lane / MT);  // first K of this lane's 8 operand bytes within a K-step
+  using Map = LdsMap<Cfg>;
+  const int lane_off = Map::operand_lane(lane);
 
   for (int kb = kb0; kb < kb1; ++kb) {
     const int par = (kb - kb0) & 1;
@@ -395,10 +440,9 @@ __global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(A
       for (int ks = 0; ks < KS; ++ks) {
 #pragma unroll
         for (int i = 0; i < Cfg::FM; ++i)
-          av[ks][i] = *(const long*)(cur + (wm0 + i * MT + lrow) * kLdsStride + ks * Cfg::KI + lk);
+          av[ks][i] = *(const long*)(cur + Map::operand_base(wm0 + i * MT, ks) + lane_off);
 #pragma unroll
-        for (int j = 0; j < Cfg::FN; ++j)
-          bv[ks][j] = *(const long*)(cur + (BM + wn0 + j * MT + lrow) * kLdsStride + ks * Cfg::KI + lk);
+        for (int j = 0; j < Cfg::FN; ++j) bv[ks][j] = *(const long*)(cur + Map::operand_base(BM + wn0 + j * MT, ks) + lane_off);
       }
       // Registers (stage s+1) -> the other buffer, free since the last barrier. Unconditional, so
       // that it shares a scheduling region with the MFMAs: after the last stage it rewrites the last
@@ -434,7 +478,7 @@ __global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(A
           acc_t sc;
 #pragma unroll
           for (int e = 0; e < Cfg::NACC; ++e)
-            sc[e] = lds_sa[par][wm0 + i * MT + 8 * (e / 4) + 4 * (lane / MT) + (e % 4)] * sb_cur;
+            sc[e] = lds_sa[par][Map::sa_row(wm0 + i * MT, e, lane)] * sb_cur;
 #pragma unroll
           for (int j = 0; j < Cfg::FN; ++j) acc[i][j] = tmp[i][j] * sc + acc[i][j];
         }
