@@ -153,9 +153,20 @@ struct LdsMap {
   static constexpr int operand_base(int row0, int ks) { return row0 * kLdsStride + ks * Cfg::KI; }
   static constexpr int operand_lane(int lane) { return (lane % MT) * kLdsStride + 8 * (lane / MT); }
 
-  // a_scale slot of result element e of a fragment whose first row is row0 (both MFMA shapes:
-  // row 8 * (e / 4) + 4 * (lane / MT) + e % 4).
-  static constexpr int sa_row(int row0, int e, int lane) { return row0 + 8 * (e / 4) + 4 * (lane / MT) + (e % 4); }
+  // The a_scale slot of the lane's output row in a fragment whose first row is row0: the lane's
+  // results all lie in row row0 + lane % MT (see out_row), so one 4-byte read a fragment.
+  static constexpr int sa_row(int row0, int lane) { return row0 + lane % MT; }
+};
+
+// Where a lane's MFMA results go. The MFMA is issued with the B tile's fragment as its first
+// operand, so it computes C^T: result element e of lane l is the instruction's row
+// 8 * (e / 4) + 4 * (l / MT) + e % 4 (an output column) and column l % MT (an output row), for both
+// MFMA shapes. A lane's results of a fragment are thus in one output row, in runs of 4 consecutive
+// columns: one a_scale a fragment, and 8-byte (bf16) or 16-byte (fp32) stores.
+template <int MT>
+struct OutMap {
+  static constexpr int out_row(int lane) { return lane % MT; }
+  static constexpr int out_col(int e, int lane) { return 8 * (e / 4) + 4 * (lane / MT) + e % 4; }
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -458,7 +469,7 @@ __global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(A
 #pragma unroll
         for (int i = 0; i < Cfg::FM; ++i)
 #pragma unroll
-          for (int j = 0; j < Cfg::FN; ++j) tmp[i][j] = M::run(av[ks][i], bv[ks][j], tmp[i][j]);
+          for (int j = 0; j < Cfg::FN; ++j) tmp[i][j] = M::run(bv[ks][j], av[ks][i], tmp[i][j]);  // C^T (OutMap)
 
       // Schedule: the operand reads first, then each MFMA followed by one LDS write and one global
       // load of the staging, so those issue in the shadow of the matrix pipe (hints only).
@@ -471,14 +482,11 @@ __global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(A
       }
 
       if (h == 1) {
-        // Scale product on this K-block's fp32 partial sums. Result element e of a fragment is
-        // row 8*(e/4) + 4*(lane/MT) + e%4, column lane%MT (both MFMA shapes).
+        // Scale product on this K-block's fp32 partial sums: a lane's results in fragment row i are
+        // all in one output row (OutMap), so one scale a fragment row.
 #pragma unroll
         for (int i = 0; i < Cfg::FM; ++i) {
-          acc_t sc;
-#pragma unroll
-          for (int e = 0; e < Cfg::NACC; ++e)
-            sc[e] = lds_sa[par][Map::sa_row(wm0 + i * MT, e, lane)] * sb_cur;
+          const float sc = lds_sa[par][Map::sa_row(wm0 + i * MT, lane)] * sb_cur;
 #pragma unroll
           for (int j = 0; j < Cfg::FN; ++j) acc[i][j] = tmp[i][j] * sc + acc[i][j];
         }
@@ -491,26 +499,52 @@ __global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(A
 
   // Epilogue: bf16 straight to C, or fp32 partials to this split's slice of the workspace. Two
   // separate paths (not one pointer selected against nullptr) so that both stay global stores.
+  // A lane holds runs of 4 consecutive columns of one row (OutMap). Where N % 4 == 0 and the base is
+  // aligned (kernel-uniform), a run is wholly in or out of the matrix: one 8-byte (bf16) or 16-byte
+  // (fp32) store a run. Otherwise one element at a time.
+  using Out = OutMap<MT>;
   auto store_tile = [&](auto&& put) {
 #pragma unroll
     for (int i = 0; i < Cfg::FM; ++i) {
+      const int row = m0 + wm0 + i * MT + Out::out_row(lane);
 #pragma unroll
       for (int j = 0; j < Cfg::FN; ++j) {
-        const int col = n0 + wn0 + j * MT + (lane % MT);
 #pragma unroll
-        for (int e = 0; e < Cfg::NACC; ++e) {
-          const int row = m0 + wm0 + i * MT + 8 * (e / 4) + 4 * (lane / MT) + (e % 4);
-          if (row < M_ && col < N_) put((size_t)row * N_ + col, acc[i][j][e]);
+        for (int e = 0; e < Cfg::NACC; e += 4) {
+          const int col = n0 + wn0 + j * MT + Out::out_col(e, lane);
+          put(row, col, (size_t)row * N_ + col, acc[i][j], e);
         }
       }
     }
   };
   if (p.ws) {
     float* const wsz = p.ws + (size_t)blockIdx.y * ((size_t)M_ * (size_t)N_);
-    store_tile([&](size_t off, float v) { wsz[off] = v; });
+    if (N_ % 4 == 0 && (uintptr_t)wsz % 16 == 0) {
+      store_tile([&](int row, int col, size_t off, const acc_t& v, int e) {
+        if (row < M_ && col < N_) *(floatx4*)(wsz + off) = floatx4{v[e], v[e + 1], v[e + 2], v[e + 3]};
+      });
+    } else {
+      store_tile([&](int row, int col, size_t off, const acc_t& v, int e) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          if (row < M_ && col + q < N_) wsz[off + q] = v[e + q];
+      });
+    }
   } else {
     uint16_t* const c = p.c;
-    store_tile([&](size_t off, float v) { c[off] = f32_to_bf16(v); });
+    if (N_ % 4 == 0 && (uintptr_t)c % 8 == 0) {
+      store_tile([&](int row, int col, size_t off, const acc_t& v, int e) {
+        const uint32_t lo = (uint32_t)f32_to_bf16(v[e]) | ((uint32_t)f32_to_bf16(v[e + 1]) << 16);
+        const uint32_t hi = (uint32_t)f32_to_bf16(v[e + 2]) | ((uint32_t)f32_to_bf16(v[e + 3]) << 16);
+        if (row < M_ && col < N_) *(uint64_t*)(c + off) = (uint64_t)lo | ((uint64_t)hi << 32);
+      });
+    } else {
+      store_tile([&](int row, int col, size_t off, const acc_t& v, int e) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          if (row < M_ && col + q < N_) c[off + q] = f32_to_bf16(v[e + q]);
+      });
+    }
   }
 }
 

@@ -4,7 +4,9 @@ emulator (gemm/rocm/emu) under ASan+UBSan and under TSan, against the fp32 refer
 The driver (gemm/rocm/emu/tests/emu_gemm.cpp) goes through the kernels' own dispatch
 (gemm_rocm::run_gemm) with a forced plan, so the small shapes below reach every row of the
 configuration table, both layouts, the vector and the byte load paths (aligned and misaligned
-bases), split-K with uneven splits, ragged M and N (M = 1, odd, N not a multiple of 128) and K = 128.
+bases), split-K with uneven splits, ragged M and N (M = 1, odd, N not a multiple of 128) and K = 128,
+and both epilogues: 4 columns a store (N % 4 == 0, aligned c) and one element at a time (N % 4 != 0,
+or c off 8-byte alignment in the bytes-misaligned cases).
 Inputs are fresh random fp8 (e4m3fnuz) values with signed random scales; the output is poisoned
 with NaN before the call, and every element must be written and within
 |out - ref| <= 1e-3 + 2e-2 |ref|.
@@ -43,6 +45,8 @@ ASAN_CASES = [
     ("natural", 2, 2, "bytes", 130, 70, 384),
     ("seed", 2, 1, "vec", 1024, 128, 128),  # 16 x 2 tiles: XCD remap + groups of 8 tile-rows
     ("natural", 2, 1, "bytes", 128, 256, 128),  # 2 x 4 tiles: XCD remap
+    ("seed", 2, 1, "bytes-misaligned", 20, 128, 128),  # N % 4 == 0, c not 8-byte aligned: element stores
+    ("natural", 2, 2, "bytes-misaligned", 36, 64, 256),  # ... and 16-byte partial stores, element reduce
     ("seed", -1, 0, "vec", 96, 300, 512),  # the planner's own choice
     ("natural", -1, 0, "vec", 64, 200, 512),
 ]

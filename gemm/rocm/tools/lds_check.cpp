@@ -131,20 +131,15 @@ static StageReport check_config(const char* name, int layout) {
         r.reads.add(addr, 8);
       }
     }
-    // a_scale (once per K-block): each fragment's result elements in runs of 4 consecutive rows,
-    // one 16-byte read per run; then every thread writes its own slot.
+    // a_scale (once per K-block): one 4-byte read a fragment row, the lane's output row; then every
+    // thread writes its own slot.
     for (int i = 0; i < Cfg::FM; ++i) {
-      for (int e0 = 0; e0 < Cfg::NACC; e0 += 4) {
-        for (int l = 0; l < 64; ++l) {
-          const int row0 = Map::sa_row(Cfg::wave_m0(wave) + i * MT, e0, l);
-          for (int e = 1; e < 4; ++e)
-            CHECK(Map::sa_row(Cfg::wave_m0(wave) + i * MT, e0 + e, l) == row0 + e,
-                  "%s %s: a_scale rows of lane %d not consecutive", name, layout_name(layout), l);
-          CHECK(row0 >= 0 && row0 + 3 < BM, "%s: a_scale row %d outside the tile", name, row0);
-          addr[l] = row0 * 4;
-        }
-        r.sa_reads.add(addr, 16);
+      for (int l = 0; l < 64; ++l) {
+        const int row = Map::sa_row(Cfg::wave_m0(wave) + i * MT, l);
+        CHECK(row >= 0 && row < BM, "%s: a_scale row %d outside the tile", name, row);
+        addr[l] = row * 4;
       }
+      r.sa_reads.add(addr, 4);
     }
     for (int l = 0; l < 64; ++l) addr[l] = (wave * 64 + l) * 4;
     r.sa_writes.add(addr, 4);

@@ -5,7 +5,8 @@
 //   emu_gemm LAYOUT CONFIG SPLITS PATH M N K DIR
 //     LAYOUT: seed | natural       CONFIG: row of the configuration table (-1: the planner's choice)
 //     SPLITS: split-K factor asked of the planner (0: the planner's choice)
-//     PATH:   vec | bytes | bytes-misaligned (operand bases moved 1 byte off alignment)
+//     PATH:   vec | bytes | bytes-misaligned (operand bases moved 1 byte off alignment, c 2 bytes:
+//             bf16-aligned, not 8-byte aligned, so the epilogue stores one element at a time)
 //     DIR/a.bin b.bin: fp8 bytes (seed: a (K,M), b (K,N); natural: x (M,K), w (N,K))
 //     DIR/sa.bin sb.bin: f32 scales of the layout;  DIR/c.bin: (M,N) bf16 bits, poisoned by the
 //     test; overwritten with the kernel's output. Prints the plan as one JSON line.
@@ -52,7 +53,7 @@ int main(int argc, char **argv) {
   const size_t off = path == "bytes-misaligned" ? 1 : 0;
 
   Buffer a(size_t(M) * K, off), b(size_t(N) * K, off);
-  Buffer sa(KB * M * 4, 0), sb(KB * NB * 4, 0), c(size_t(M) * N * 2, 0);
+  Buffer sa(KB * M * 4, 0), sb(KB * NB * 4, 0), c(size_t(M) * N * 2, 2 * off);
   auto load = [&](const char *name, Buffer &buf, size_t bytes) {
     auto v = driver_io::read_file(dir + "/" + name, bytes);
     std::memcpy(buf.ptr, v.data(), bytes);
