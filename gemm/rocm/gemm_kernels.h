@@ -138,6 +138,10 @@ struct LdsMap {
     return 2 * (lane >> 4) + 8 * (i & 1) + (i >> 1);
   }
   static constexpr int nat_col(int lane) { return (lane & 3) * 16; }
+  // The byte offset of the lane's 16-byte store of chunk j.
+  static constexpr int nat_store_off(int wave, int j, int lane) {
+    return (nat_first_row(wave, j) + nat_lane_row(lane)) * kLdsStride + nat_col(lane);
+  }
 
   // Seed staging (units of 64 rows x 32 K, see Stager): the lane's 4 rows start at seed_row, its
   // 8 K bytes at seed_col; g = (lane >> 2) & 3 picks the K-rows, ch the 4 rows.
@@ -145,6 +149,10 @@ struct LdsMap {
   static constexpr int seed_g(int lane) { return (lane >> 2) & 3; }
   static constexpr int seed_row(bool isA, int mu, int lane) { return (isA ? 0 : BM) + mu * 64 + 4 * seed_ch(lane); }
   static constexpr int seed_col(int ku, int lane) { return ku * 32 + 8 * seed_g(lane); }
+  // The byte offset of the lane's 8-byte store of row i (0..3) of a unit.
+  static constexpr int seed_store_off(bool isA, int mu, int ku, int i, int lane) {
+    return (seed_row(isA, mu, lane) + i) * kLdsStride + seed_col(ku, lane);
+  }
 
   // MFMA operands: lane l reads 8 K bytes of row (A) / column (B) l % MT, from K byte 8 * (l / MT)
   // of K-step ks, at operand_base + operand_lane. row0 = wave_m0 + i * MT (A) or BM + wave_n0 +
@@ -156,6 +164,8 @@ struct LdsMap {
   // The a_scale slot of the lane's output row in a fragment whose first row is row0: the lane's
   // results all lie in row row0 + lane % MT (see out_row), so one 4-byte read a fragment.
   static constexpr int sa_row(int row0, int lane) { return row0 + lane % MT; }
+  // The a_scale slot thread tid writes (rows [0, BM) used; one slot per thread, no branch).
+  static constexpr int sa_slot(int tid) { return tid; }
 };
 
 // Where a lane's MFMA results go. The MFMA is issued with the B tile's fragment as its first
@@ -167,7 +177,25 @@ template <int MT>
 struct OutMap {
   static constexpr int out_row(int lane) { return lane % MT; }
   static constexpr int out_col(int e, int lane) { return 8 * (e / 4) + 4 * (lane / MT) + e % 4; }
+  // What the epilogue's 4-element stores rely on: every run of 4 results starts at a column that is a
+  // multiple of 4 and goes on in consecutive columns, and the 64 lanes' results cover the MT x MT
+  // fragment once each.
+  static constexpr bool runs_and_cover() {
+    int seen[MT][MT] = {};
+    for (int l = 0; l < 64; ++l)
+      for (int e = 0; e < MT * MT / 64; ++e) {
+        if (e % 4 == 0 && out_col(e, l) % 4 != 0) return false;
+        if (e % 4 != 0 && out_col(e, l) != out_col(e - 1, l) + 1) return false;
+        if (out_col(e, l) >= MT) return false;
+        ++seen[out_row(l)][out_col(e, l)];
+      }
+    for (int r = 0; r < MT; ++r)
+      for (int c = 0; c < MT; ++c)
+        if (seen[r][c] != 1) return false;
+    return true;
+  }
 };
+static_assert(OutMap<16>::runs_and_cover() && OutMap<32>::runs_and_cover(), "OutMap: runs of 4, each output once");
 
 // ---------------------------------------------------------------------------------------------
 // MFMA wrappers (wave-collective: every lane of the wave must call them).
@@ -325,10 +353,9 @@ struct Stager {
     if constexpr (LAYOUT == kNatural) {
 #pragma unroll
       for (int j = 0; j < Cfg::NAT_CHUNKS; ++j) {
-        const int row = Map::nat_first_row(wave, j) + Map::nat_lane_row(lane);  // A rows then B rows
         // one 16-byte value (ds_write2_b64): as two 64-bit halves the compiler re-loaded the low
         // half with a second global load
-        *(u32x4_a8*)(lds + row * kLdsStride + Map::nat_col(lane)) =
+        *(u32x4_a8*)(lds + Map::nat_store_off(wave, j, lane)) =
             u32x4_a8{r[4 * j + 0], r[4 * j + 1], r[4 * j + 2], r[4 * j + 3]};
       }
     } else {
@@ -337,14 +364,12 @@ struct Stager {
         const int unit = wave + j * Cfg::WAVES;
         if (unit >= Cfg::SEED_UNITS) break;
         const SeedUnit s = seed_unit(unit);
-        const int row0 = Map::seed_row(s.isA, s.mu, lane);
-        const int col = Map::seed_col(s.ku, lane);
         uint32_t lo[4], hi[4];
         transpose4x4(r[8 * j + 0], r[8 * j + 1], r[8 * j + 2], r[8 * j + 3], lo);
         transpose4x4(r[8 * j + 4], r[8 * j + 5], r[8 * j + 6], r[8 * j + 7], hi);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          uint64_t* dst = (uint64_t*)(lds + (row0 + i) * kLdsStride + col);
+          uint64_t* dst = (uint64_t*)(lds + Map::seed_store_off(s.isA, s.mu, s.ku, i, lane));
           *dst = (uint64_t)lo[i] | ((uint64_t)hi[i] << 32);
         }
       }
@@ -415,7 +440,7 @@ __global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(A
   st.load(p, m0, n0, kb0 * kBK, tid, wave);
   float sa_next = load_sa(kb0);
   st.store(stage_buf0, tid, wave);
-  lds_sa[0][tid] = sa_next;
+  lds_sa[0][LdsMap<Cfg>::sa_slot(tid)] = sa_next;
   st.load(p, m0, n0, kb0 * kBK + kStageK, tid, wave);
   __syncthreads();
 
@@ -491,7 +516,7 @@ __global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(A
           for (int j = 0; j < Cfg::FN; ++j) acc[i][j] = tmp[i][j] * sc + acc[i][j];
         }
         // the next K-block's a_scale (read two stages from now, after two barriers)
-        lds_sa[par ^ 1][tid] = sa_next;
+        lds_sa[par ^ 1][Map::sa_slot(tid)] = sa_next;
       }
       __syncthreads();  // stage s consumed by every wave; stage s+1 written
     }
@@ -500,8 +525,9 @@ __global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(A
   // Epilogue: bf16 straight to C, or fp32 partials to this split's slice of the workspace. Two
   // separate paths (not one pointer selected against nullptr) so that both stay global stores.
   // A lane holds runs of 4 consecutive columns of one row (OutMap). Where N % 4 == 0 and the base is
-  // aligned (kernel-uniform), a run is wholly in or out of the matrix: one 8-byte (bf16) or 16-byte
-  // (fp32) store a run. Otherwise one element at a time.
+  // aligned, a run is wholly in or out of the matrix: one 8-byte (bf16) or 16-byte (fp32) store a
+  // run. Otherwise one element at a time. The test is the same for every block: c is one base, and
+  // the split's slice starts M * N floats after the last, a multiple of 4 when N % 4 == 0.
   using Out = OutMap<MT>;
   auto store_tile = [&](auto&& put) {
 #pragma unroll
@@ -534,9 +560,9 @@ __global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(A
     uint16_t* const c = p.c;
     if (N_ % 4 == 0 && (uintptr_t)c % 8 == 0) {
       store_tile([&](int row, int col, size_t off, const acc_t& v, int e) {
-        const uint32_t lo = (uint32_t)f32_to_bf16(v[e]) | ((uint32_t)f32_to_bf16(v[e + 1]) << 16);
-        const uint32_t hi = (uint32_t)f32_to_bf16(v[e + 2]) | ((uint32_t)f32_to_bf16(v[e + 3]) << 16);
-        if (row < M_ && col < N_) *(uint64_t*)(c + off) = (uint64_t)lo | ((uint64_t)hi << 32);
+        const uint64_t run = (uint64_t)f32_to_bf16(v[e]) | ((uint64_t)f32_to_bf16(v[e + 1]) << 16) |
+                             ((uint64_t)f32_to_bf16(v[e + 2]) << 32) | ((uint64_t)f32_to_bf16(v[e + 3]) << 48);
+        if (row < M_ && col < N_) __builtin_memcpy(c + off, &run, 8);  // 8-byte aligned (above)
       });
     } else {
       store_tile([&](int row, int col, size_t off, const acc_t& v, int e) {

@@ -33,6 +33,7 @@ TILES = {0: (256, 128), 1: (128, 128), 2: (64, 64)}  # gemm_plan.h config_info()
 ASAN_CASES = [
     ("seed", 0, 1, "vec", 200, 100, 256),
     ("natural", 0, 2, "vec", 100, 120, 384),
+    ("natural", 0, 2, "vec", 36, 122, 256),  # fp32 partials element by element (N % 4 != 0)
     ("seed", 0, 1, "bytes-misaligned", 37, 77, 256),
     ("natural", 0, 1, "bytes", 1, 129, 128),
     ("seed", 1, 3, "vec", 68, 132, 640),
@@ -67,6 +68,18 @@ def builder(tmp_path_factory):
 def _case_id(case) -> str:
     layout, config, splits, path, m, n, k = case
     return f"{layout}-c{config}-s{splits}-{path}-{m}x{n}x{k}"
+
+
+def _epilogue(case) -> tuple[str, str]:
+    """Where a case's kernel stores (c, or the split-K workspace) and how: 4 columns a store where
+    N % 4 == 0 and the base is aligned (the driver's c is off 8-byte alignment in bytes-misaligned
+    cases; the workspace is always aligned), else one element at a time."""
+    _, _, splits, path, _, n, k = case
+    kbs = k // 128
+    effective = 1 if splits <= 1 else -(-kbs // -(-kbs // min(splits, kbs)))
+    dest = "workspace" if effective > 1 else "c"
+    vec4 = n % 4 == 0 and (dest == "workspace" or path != "bytes-misaligned")
+    return dest, "vec4" if vec4 else "element"
 
 
 def _inputs(m: int, n: int, k: int, gen: torch.Generator):
@@ -160,4 +173,10 @@ def test_cases_cover_the_configuration_table():
             paths = {c[3] for c in ASAN_CASES if c[0] == layout and c[1] == config}
             assert "vec" in paths and paths & {"bytes", "bytes-misaligned"}, (config, layout, paths)
     assert any(c[2] > 1 for c in ASAN_CASES) and any(c[2] > 1 for c in TSAN_CASES)
+    # Both epilogues (4 columns a store, element by element) into both destinations, every config.
+    epilogues = {(c[1], *_epilogue(c)) for c in ASAN_CASES}
+    for config in TILES:
+        for dest in ("c", "workspace"):
+            for store in ("vec4", "element"):
+                assert (config, dest, store) in epilogues, (config, dest, store)
     assert any(c[4] == 1 for c in ASAN_CASES) and any(c[5] % 128 and c[5] % 2 for c in ASAN_CASES)
