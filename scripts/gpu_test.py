@@ -18,7 +18,9 @@ On the runner host (docker SDK; the job ran ``python -m scripts.preflight`` firs
    exactly this variant and imports it from /kernel/build, runs the GPU tests (pytest on
    tests/rocm/test_rocm_gpu.py and tests/kernel, ``GEMM_BUILD_DIR=/kernel/build``) and the
    benchmark (``python -m benchmarks.run``, then ``benchmarks.compare`` against the checkout's committed
-   results of the variant, if any: information, never a failure), and writes ``/results/report.json``.
+   results of the variant, if any: information, never a failure), then the LDS bank-conflict profile
+   (``python -m benchmarks.lds_profile``: the MI300X's own counters per GEMM kernel, which settle the
+   bank model of gemm/rocm/DESIGN.md; information, never a failure), and writes ``/results/report.json``.
 4. The host writes ``checks.tests`` into the copied variant's metadata.json (the digest covers
    every file but metadata.json, so the artifact's bytes are unchanged): ``OUT/kernel/build/<variant>``
    is the tested artifact the release publishes.
@@ -458,6 +460,11 @@ def cmd_inside(args: argparse.Namespace) -> int:
             report["bench"] = {"ok": rc == 0, "exit_code": rc}
             if rc == 0:
                 report["bench"]["compare"] = compare_with_committed(results / "bench", Path.cwd())
+            # Information only (not in report["ok"]): what the GPU counts, for the bank model's open question.
+            prof_cmd = [sys.executable, "-m", "benchmarks.lds_profile", "--build-dir", str(args.kernel_dir),
+                        "--out", str(results / "lds_profile")]  # fmt: skip
+            rc = _run_logged(prof_cmd, env, results / "lds_profile.log")
+            report["lds_profile"] = {"exit_code": rc, "results": "lds_profile/lds_profile.json"}
         report["ok"] = all(report.get(k, {}).get("ok", True) for k in ("loader", "pytest", "bench"))
     except GpuTestError as exc:
         report["error"] = str(exc)

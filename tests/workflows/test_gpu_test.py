@@ -330,3 +330,38 @@ def test_benchmark_results_are_compared_with_the_committed_file_of_their_variant
         "faster": [],
     }
     assert "slower" in (bench / f"{VARIANT}.compare.txt").read_text()
+
+
+def test_inside_runs_the_lds_profile_after_the_benchmark_and_never_fails_on_it(tmp_path, monkeypatch):
+    """With the benchmark on, the LDS bank-conflict profile (benchmarks.lds_profile) runs last, into
+    results/lds_profile/; its exit status is reported but does not decide report["ok"]."""
+    monkeypatch.chdir(tmp_path)
+    for path in gpu_test.GPU_TESTS:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).touch()
+    ran: list[list[str]] = []
+
+    def fake_run(cmd, env, log):
+        ran.append(cmd)
+        if "pytest" in cmd:
+            (tmp_path / "results" / "junit.xml").write_text(
+                '<testsuites><testsuite tests="3" failures="0" errors="0" skipped="0"/></testsuites>'
+            )
+        return 7 if "benchmarks.lds_profile" in cmd else 0
+
+    monkeypatch.setattr(gpu_test, "_run_logged", fake_run)
+    monkeypatch.setattr(gpu_test, "loader_check", lambda kdir, variant: {"ok": True, "device": {"arch": "gfx942"}})
+    monkeypatch.setattr(gpu_test, "compare_with_committed", lambda bench, checkout: [])
+    results = tmp_path / "results"
+    args = gpu_test.build_parser().parse_args(
+        ["inside", "--variant", VARIANT, "--kernel-dir", str(tmp_path / "k"), "--results", str(results),
+         "--requirements", ""]
+    )  # fmt: skip
+    assert gpu_test.cmd_inside(args) == 0
+    modules = [cmd[cmd.index("-m") + 1] for cmd in ran]
+    assert modules == ["pytest", "benchmarks.run", "benchmarks.lds_profile"]
+    profile = ran[-1]
+    assert profile[profile.index("--out") + 1] == str(results / "lds_profile")
+    assert profile[profile.index("--build-dir") + 1] == str(tmp_path / "k")
+    report = json.loads((results / "report.json").read_text())
+    assert report["ok"] is True and report["lds_profile"]["exit_code"] == 7
