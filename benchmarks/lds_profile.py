@@ -16,7 +16,9 @@ predicts ~40 % at t256x128): it does not, and the LDS layout wants rework.
 
 Writes <out>/lds_profile.json and the profiler's raw CSV under <out>/raw/. Information only: where there is
 no ROCm GPU or no profiler it writes {"available": false, "reason": ...} and exits 0; it exits 1 when the
-profiled run itself failed, 2 on bad usage.
+profiled run failed, timed out (--timeout, the profiler's whole process group is killed), profiled no GEMM
+kernel or read zero LDS instructions for one (counters not readable in the container), 2 on bad usage.
+Whatever happens, the JSON is written.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from collections import defaultdict
@@ -37,6 +40,8 @@ COUNTERS = ("SQ_LDS_BANK_CONFLICT", "SQ_LDS_IDX_ACTIVE", "SQ_INSTS_LDS")
 # t128x128 (2 splits, so the reduce kernel shows too), t64x64.
 DEFAULT_SHAPES = "6144x7168x2048,1024x7168x2048,512x4096x512"
 CALLS_PER_SHAPE = 3
+DEFAULT_TIMEOUT_S = 900
+SHARE_DEFINITION = "SQ_LDS_BANK_CONFLICT / SQ_LDS_IDX_ACTIVE (rocprof-compute divides by IDX_ACTIVE - CONFLICT)"
 
 
 class UsageError(ValueError):
@@ -60,9 +65,14 @@ def read_counter_csvs(root: Path) -> dict[str, dict[str, float]]:
             missing = {"Kernel_Name", "Counter_Name", "Counter_Value"} - set(reader.fieldnames or ())
             if missing:
                 raise ValueError(f"{path}: no {', '.join(sorted(missing))} column; is it rocprofv3's counter CSV?")
-            for row in reader:
-                kernel = row["Kernel_Name"]
-                sums[kernel][row["Counter_Name"]] += float(row["Counter_Value"])
+            for line, row in enumerate(reader, start=2):
+                kernel, counter, value = row["Kernel_Name"], row["Counter_Name"], row["Counter_Value"]
+                if kernel is None or counter is None or value is None:
+                    raise ValueError(f"{path}:{line}: a short row (truncated file?)")
+                try:
+                    sums[kernel][counter] += float(value)
+                except ValueError as e:
+                    raise ValueError(f"{path}:{line}: Counter_Value {value!r} is not a number") from e
                 dispatches[kernel].add((str(path), row.get("Dispatch_Id") or row.get("Correlation_Id") or ""))
     out = {k: dict(v) for k, v in sums.items()}
     for kernel, ids in dispatches.items():
@@ -75,15 +85,19 @@ _MANGLED = re.compile(r"gemm_kernelINS_7TileCfgILi(\d+)ELi(\d+)ELi\d+ELi\d+ELi\d
 LAYOUT_NAMES = {"0": "seed", "1": "natural"}  # gemm_plan.h: kSeed = 0, kNatural = 1
 
 
-def describe_kernel(name: str) -> str:
-    """`t256x128 natural vec` for a GEMM kernel's name (demangled or not), else the name as it is."""
+def gemm_config(name: str) -> str | None:
+    """`t256x128 natural vec` for a GEMM kernel's name (demangled or not), else None."""
     for pattern in (_DEMANGLED, _MANGLED):
         match = pattern.search(name)
         if match:
             bm, bn, layout, vec = match.groups()
             path = "vec" if vec in ("true", "1") else "bytes"
             return f"t{bm}x{bn} {LAYOUT_NAMES.get(layout, layout)} {path}"
-    return name
+    return None
+
+
+def describe_kernel(name: str) -> str:
+    return gemm_config(name) or name
 
 
 def summarize(sums: dict[str, dict[str, float]]) -> list[dict]:
@@ -96,6 +110,7 @@ def summarize(sums: dict[str, dict[str, float]]) -> list[dict]:
         rows.append(
             {
                 "kernel": describe_kernel(name),
+                "gemm": gemm_config(name) is not None,
                 "kernel_name": name,
                 "dispatches": int(c.get("dispatches", 0)),
                 **{k: c[k] for k in COUNTERS if k in c},
@@ -156,35 +171,61 @@ def unavailable_reason(profiler: str) -> str | None:
     return None
 
 
-def profile(build_dir: Path, out: Path, shapes: str, profiler: str) -> int:
+def run_profiler(cmd: list[str], timeout_s: float) -> int | None:
+    """The profiler's exit status, or None when it ran past timeout_s (its whole process group killed:
+    rocprofv3 runs the workload as a child)."""
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return None
+
+
+def profile(build_dir: Path, out: Path, shapes: str, profiler: str, timeout_s: float) -> int:
     out.mkdir(parents=True, exist_ok=True)
-    report: dict = {"counters": list(COUNTERS), "shapes": shapes}
+    report: dict = {"counters": list(COUNTERS), "shapes": shapes, "conflict_share": SHARE_DEFINITION}
+    try:
+        return _profile(build_dir, out, shapes, profiler, timeout_s, report)
+    except Exception as e:  # information only: whatever went wrong goes into the JSON
+        report["error"] = f"{type(e).__name__}: {e}"
+        print(f"lds_profile: {report['error']}", file=sys.stderr)
+        return 1
+    finally:
+        (out / "lds_profile.json").write_text(json.dumps(report, indent=2) + "\n")
+
+
+def _profile(build_dir: Path, out: Path, shapes: str, profiler: str, timeout_s: float, report: dict) -> int:
     reason = unavailable_reason(profiler)
     if reason is not None:
         report.update(available=False, reason=reason)
         print(f"lds_profile: not taken: {reason}")
-        (out / "lds_profile.json").write_text(json.dumps(report, indent=2) + "\n")
         return 0
     raw = out / "raw"
+    shutil.rmtree(raw, ignore_errors=True)  # a previous run's CSVs would be summed in
     cmd = [profiler, "--pmc", *COUNTERS, "--output-format", "csv", "-d", str(raw), "-o", "lds", "--",
            sys.executable, "-m", "benchmarks.lds_profile", "--workload", "--build-dir", str(build_dir),
            "--shapes", shapes]  # fmt: skip
     print("lds_profile:", " ".join(cmd), flush=True)
-    proc = subprocess.run(cmd, check=False)
-    report.update(available=True, command=cmd, exit_code=proc.returncode)
-    try:
-        rows = summarize(read_counter_csvs(raw))
-    except (OSError, ValueError) as e:
-        rows, report["error"] = [], str(e)
+    rc = run_profiler(cmd, timeout_s)
+    report.update(available=True, command=cmd, exit_code=rc)
+    rows = summarize(read_counter_csvs(raw)) if raw.is_dir() else []
     report["kernels"] = rows
-    ok = proc.returncode == 0 and any(r["kernel"].startswith("t") for r in rows)
-    if not ok and "error" not in report:
-        report["error"] = f"{profiler} exited {proc.returncode}; GEMM kernels profiled: {len(rows)}"
-    (out / "lds_profile.json").write_text(json.dumps(report, indent=2) + "\n")
     print(format_table(rows))
-    if not ok:
+    gemm = [r for r in rows if r["gemm"]]
+    if rc is None:
+        report["error"] = f"{profiler} ran past --timeout {timeout_s:g} s and was killed"
+    elif rc != 0:
+        report["error"] = f"{profiler} exited {rc}"
+    elif not gemm:
+        report["error"] = f"no GEMM kernel in the profile ({len(rows)} kernels)"
+    elif any(not r.get("SQ_INSTS_LDS") for r in gemm):
+        report["error"] = "SQ_INSTS_LDS reads 0 for a GEMM kernel: the counters are not readable here"
+    if "error" in report:
         print(f"lds_profile: {report['error']}", file=sys.stderr)
-    return 0 if ok else 1
+        return 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/lds_profile"))
     p.add_argument("--shapes", default=DEFAULT_SHAPES, help=f"comma list of MxNxK (default {DEFAULT_SHAPES})")
     p.add_argument("--profiler", default="rocprofv3")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds the profiled run may take")
     p.add_argument("--workload", action="store_true", help=argparse.SUPPRESS)  # what runs under the profiler
     args = p.parse_args(argv)
     try:
@@ -204,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.workload:
         return workload(args.build_dir, args.shapes)
-    return profile(args.build_dir, args.out, args.shapes, args.profiler)
+    return profile(args.build_dir, args.out, args.shapes, args.profiler, args.timeout)
 
 
 if __name__ == "__main__":

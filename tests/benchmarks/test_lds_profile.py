@@ -65,6 +65,12 @@ def test_a_csv_without_the_counter_columns_is_refused_by_name(tmp_path):
         lds_profile.read_counter_csvs(tmp_path)
 
 
+def test_a_truncated_csv_is_refused_with_its_line(tmp_path):
+    _write_csv(tmp_path / "lds_counter_collection.csv", [_row(1, T256_NATURAL, "SQ_INSTS_LDS", 3), '1,1,"Agent 1"'])
+    with pytest.raises(ValueError, match=r"counter_collection.csv:3: a short row"):
+        lds_profile.read_counter_csvs(tmp_path)
+
+
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
@@ -78,11 +84,27 @@ def test_kernel_names_read_as_configurations(name, expected):
     assert lds_profile.describe_kernel(name) == expected
 
 
-def test_no_rocm_gpu_writes_why_and_exits_zero(tmp_path):
-    """This machine (CPU torch) cannot take the profile: it says so in the JSON, and it is not an error."""
+def test_a_machine_that_cannot_profile_writes_why_and_exits_zero(tmp_path, monkeypatch):
+    monkeypatch.setattr(lds_profile, "unavailable_reason", lambda profiler: "no MI300X here")
     assert lds_profile.main(["--build-dir", str(tmp_path), "--out", str(tmp_path / "o")]) == 0
     report = json.loads((tmp_path / "o" / "lds_profile.json").read_text())
-    assert report["available"] is False and "ROCm" in report["reason"]
+    assert report["available"] is False and report["reason"] == "no MI300X here"
+
+
+def test_without_a_rocm_torch_the_reason_says_so():
+    torch = pytest.importorskip("torch")
+    if torch.version.hip is not None:
+        pytest.skip("a ROCm build of torch: the reason depends on the GPU and the profiler")
+    assert "ROCm" in lds_profile.unavailable_reason("rocprofv3")
+
+
+def test_an_exception_still_writes_the_json_and_exits_one(tmp_path, monkeypatch):
+    def broken(profiler):
+        raise RuntimeError("hipGetDeviceProperties failed")
+
+    monkeypatch.setattr(lds_profile, "unavailable_reason", broken)
+    assert lds_profile.main(["--out", str(tmp_path / "o")]) == 1
+    assert "hipGetDeviceProperties" in json.loads((tmp_path / "o" / "lds_profile.json").read_text())["error"]
 
 
 def test_bad_shapes_are_a_usage_error(tmp_path, capsys):
@@ -90,10 +112,17 @@ def test_bad_shapes_are_a_usage_error(tmp_path, capsys):
     assert "--shapes" in capsys.readouterr().err
 
 
-def _fake_profiler(tmp_path: Path, exit_code: int, kernels: list[str]) -> Path:
+# Per dispatch, what the stand-in profiler reports: distinct values, so that a counter read in the
+# place of another shows.
+FAKE_VALUES = {"SQ_LDS_BANK_CONFLICT": 2.0, "SQ_LDS_IDX_ACTIVE": 8.0, "SQ_INSTS_LDS": 10.0}
+
+
+def _fake_profiler(tmp_path: Path, exit_code: int, kernels: list[str], sleep_s: float = 0, zero_lds=False) -> Path:
     """A stand-in for rocprofv3: checks the counters it is asked for, writes rocprofv3's CSV into -d's
-    pass_1/ and exits with `exit_code` (the workload is not run: it needs the GPU)."""
-    rows = [_row(i + 1, k, c, 5.0 * (i + 1)) for i, k in enumerate(kernels) for c in lds_profile.COUNTERS]
+    pass_1/, sleeps `sleep_s` in a child (as rocprofv3 runs the workload) and exits with `exit_code`
+    (the workload itself is not run: it needs the GPU)."""
+    values = dict(FAKE_VALUES, SQ_INSTS_LDS=0.0) if zero_lds else FAKE_VALUES
+    rows = [_row(i + 1, k, c, values[c]) for i, k in enumerate(kernels) for c in lds_profile.COUNTERS]
     script = tmp_path / "fake_rocprofv3"
     script.write_text(
         f"#!{sys.executable}\n"
@@ -104,6 +133,8 @@ def _fake_profiler(tmp_path: Path, exit_code: int, kernels: list[str]) -> Path:
         "out = pathlib.Path(argv[argv.index('-d') + 1]) / 'pass_1'\n"
         "out.mkdir(parents=True)\n"
         f"(out / 'lds_counter_collection.csv').write_text({chr(10).join([HEADER, *rows])!r} + '\\n')\n"
+        "import subprocess\n"
+        f"subprocess.run(['sleep', '{sleep_s}'])\n"
         f"sys.exit({exit_code})\n"
     )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
@@ -118,8 +149,36 @@ def test_the_profiled_run_is_read_back_into_the_report(tmp_path, monkeypatch):
     report = json.loads((out / "lds_profile.json").read_text())
     assert report["available"] is True and report["exit_code"] == 0
     kernels = {r["kernel"]: r for r in report["kernels"]}
-    assert kernels["t256x128 natural vec"]["conflict_share"] == pytest.approx(1.0)  # 5 / 5
+    assert kernels["t256x128 natural vec"]["conflict_share"] == pytest.approx(0.25)  # 2 / 8
+    assert kernels["t256x128 natural vec"]["gemm"] and not kernels[REDUCE]["gemm"]
     assert kernels[REDUCE]["SQ_INSTS_LDS"] == 10.0
+    assert "IDX_ACTIVE" in report["conflict_share"]
+
+
+def test_a_stale_csv_of_an_earlier_run_is_not_summed_in(tmp_path, monkeypatch):
+    monkeypatch.setattr(lds_profile, "unavailable_reason", lambda profiler: None)
+    out = tmp_path / "o"
+    _write_csv(out / "raw" / "old_counter_collection.csv", [_row(9, T256_NATURAL, "SQ_LDS_BANK_CONFLICT", 1e6)])
+    profiler = _fake_profiler(tmp_path, 0, [T256_NATURAL])
+    assert lds_profile.main(["--out", str(out), "--profiler", str(profiler)]) == 0
+    (row,) = json.loads((out / "lds_profile.json").read_text())["kernels"]
+    assert row["SQ_LDS_BANK_CONFLICT"] == 2.0
+
+
+def test_a_profiled_run_past_its_timeout_is_killed_and_reported(tmp_path, monkeypatch):
+    monkeypatch.setattr(lds_profile, "unavailable_reason", lambda profiler: None)
+    profiler = _fake_profiler(tmp_path, 0, [T256_NATURAL], sleep_s=60)
+    out = tmp_path / "o"
+    assert lds_profile.main(["--out", str(out), "--profiler", str(profiler), "--timeout", "2"]) == 1
+    assert "ran past --timeout 2 s" in json.loads((out / "lds_profile.json").read_text())["error"]
+
+
+def test_counters_that_read_zero_are_an_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(lds_profile, "unavailable_reason", lambda profiler: None)
+    profiler = _fake_profiler(tmp_path, 0, [T256_NATURAL], zero_lds=True)
+    out = tmp_path / "o"
+    assert lds_profile.main(["--out", str(out), "--profiler", str(profiler)]) == 1
+    assert "not readable" in json.loads((out / "lds_profile.json").read_text())["error"]
 
 
 def test_a_failed_profiled_run_exits_one(tmp_path, monkeypatch):

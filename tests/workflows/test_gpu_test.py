@@ -365,3 +365,31 @@ def test_inside_runs_the_lds_profile_after_the_benchmark_and_never_fails_on_it(t
     assert profile[profile.index("--build-dir") + 1] == str(tmp_path / "k")
     report = json.loads((results / "report.json").read_text())
     assert report["ok"] is True and report["lds_profile"]["exit_code"] == 7
+
+
+def test_inside_survives_an_exception_in_the_lds_profile_step(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for path in gpu_test.GPU_TESTS:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).touch()
+
+    def fake_run(cmd, env, log):
+        if "benchmarks.lds_profile" in cmd:
+            raise OSError("exec failed")
+        if "pytest" in cmd:
+            (tmp_path / "results" / "junit.xml").write_text(
+                '<testsuites><testsuite tests="1" failures="0" errors="0" skipped="0"/></testsuites>'
+            )
+        return 0
+
+    monkeypatch.setattr(gpu_test, "_run_logged", fake_run)
+    monkeypatch.setattr(gpu_test, "loader_check", lambda kdir, variant: {"ok": True, "device": {"arch": "gfx942"}})
+    monkeypatch.setattr(gpu_test, "compare_with_committed", lambda bench, checkout: [])
+    results = tmp_path / "results"
+    args = gpu_test.build_parser().parse_args(
+        ["inside", "--variant", VARIANT, "--kernel-dir", str(tmp_path / "k"), "--results", str(results),
+         "--requirements", ""]
+    )  # fmt: skip
+    assert gpu_test.cmd_inside(args) == 0
+    report = json.loads((results / "report.json").read_text())
+    assert report["ok"] is True and "exec failed" in report["lds_profile"]["error"]
