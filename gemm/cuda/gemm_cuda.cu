@@ -171,11 +171,16 @@ char const *config_name(int cfg) {
   return kConfigs[cfg].name;
 }
 
-void natural_with_config(at::Tensor &out, at::Tensor const &x, at::Tensor const &w,
+void natural_with_config(at::Tensor &out, at::Tensor const &x_in, at::Tensor const &w_in,
                          at::Tensor const &x_scale, at::Tensor const &w_scale, Tuning tuning) {
-  check_fp8_cuda(x, "x");
-  check_fp8_cuda(w, "w");
-  c10::cuda::CUDAGuard guard(x.device());
+  check_fp8_cuda(x_in, "x");
+  check_fp8_cuda(w_in, "w");
+  c10::cuda::CUDAGuard guard(x_in.device());
+  // TMA wants 16-byte aligned bases: a contiguous view that starts elsewhere (a slice of a larger buffer)
+  // is copied first, as quantize_rows does (a fresh allocation is aligned). The scales need only 4 bytes
+  // (4-byte copies), and an unaligned out is written through a scratch tile (natural_impl).
+  at::Tensor const x = aligned16(x_in.data_ptr()) ? x_in : x_in.clone();
+  at::Tensor const w = aligned16(w_in.data_ptr()) ? w_in : w_in.clone();
   natural_impl(out, x, w, x_scale, w_scale, tuning);
 }
 
