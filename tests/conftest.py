@@ -99,6 +99,16 @@ def make_problem(m: int, n: int, k: int, dtype: torch.dtype, device: str, seed: 
     )
 
 
+def at_odd_offset(t: torch.Tensor) -> torch.Tensor:
+    """The same values, contiguous, one element past an aligned allocation (1 byte for fp8, 2 for bf16,
+    4 for fp32): what a slice of a larger buffer hands the op."""
+    backing = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
+    moved = backing[1:].view(t.shape)
+    moved.copy_(t)
+    assert moved.is_contiguous() and moved.storage_offset() == 1
+    return moved
+
+
 def poisoned_output(m: int, n: int, device: str) -> torch.Tensor:
     """An output full of NaN: any element the kernel fails to write shows up."""
     return torch.full((m, n), float("nan"), dtype=torch.bfloat16, device=device)

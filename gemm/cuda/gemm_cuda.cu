@@ -59,6 +59,10 @@ int sm_count(int device) {
 
 bool aligned16(void const *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+// t itself, or a copy of it where it does not start on a 16-byte boundary (TMA bases, 16-byte loads):
+// a contiguous view into a larger buffer may start anywhere; a fresh allocation is aligned.
+at::Tensor aligned16_or_copy(at::Tensor const &t) { return aligned16(t.data_ptr()) ? t : t.clone(); }
+
 void check_fp8_cuda(at::Tensor const &t, char const *name) {
   TORCH_CHECK(t.scalar_type() == at::kFloat8_e4m3fn, name,
               " must be float8_e4m3fn on CUDA (the format Hopper computes), got ", t.scalar_type());
@@ -179,8 +183,8 @@ void natural_with_config(at::Tensor &out, at::Tensor const &x_in, at::Tensor con
   // TMA wants 16-byte aligned bases: a contiguous view that starts elsewhere (a slice of a larger buffer)
   // is copied first, as quantize_rows does (a fresh allocation is aligned). The scales need only 4 bytes
   // (4-byte copies), and an unaligned out is written through a scratch tile (natural_impl).
-  at::Tensor const x = aligned16(x_in.data_ptr()) ? x_in : x_in.clone();
-  at::Tensor const w = aligned16(w_in.data_ptr()) ? w_in : w_in.clone();
+  at::Tensor const x = aligned16_or_copy(x_in);
+  at::Tensor const w = aligned16_or_copy(w_in);
   natural_impl(out, x, w, x_scale, w_scale, tuning);
 }
 
@@ -294,7 +298,7 @@ void gemm_cuda::quantize_rows_with(torch::Tensor &q, torch::Tensor &scale, torch
                                    bool power_of_two, int rounds) {
   TORCH_CHECK((reinterpret_cast<uintptr_t>(q.data_ptr()) & 7) == 0, "q must start on an 8-byte boundary");
   c10::cuda::CUDAGuard guard(x_in.device());
-  at::Tensor const x = gemm_cuda::aligned16(x_in.data_ptr()) ? x_in : x_in.clone();
+  at::Tensor const x = gemm_cuda::aligned16_or_copy(x_in);
   gemm_cuda::QuantizeRowsArgs a{};
   a.x = x.data_ptr();
   switch (x.scalar_type()) {

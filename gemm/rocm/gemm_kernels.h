@@ -116,6 +116,35 @@ static_assert(cfg_matches_table<0>() && cfg_matches_table<1>() && cfg_matches_ta
               "TileCfg instances and gemm_plan.h kConfigs disagree");
 
 // ---------------------------------------------------------------------------------------------
+// Where a lane's MFMA results go. The MFMA is issued with the B tile's fragment as its first
+// operand, so it computes C^T: result element e of lane l is the instruction's row
+// 8 * (e / 4) + 4 * (l / MT) + e % 4 (an output column) and column l % MT (an output row), for both
+// MFMA shapes. A lane's results of a fragment are thus in one output row, in runs of 4 consecutive
+// columns: one a_scale a fragment, and 8-byte (bf16) or 16-byte (fp32) stores.
+template <int MT>
+struct OutMap {
+  static constexpr int out_row(int lane) { return lane % MT; }
+  static constexpr int out_col(int e, int lane) { return 8 * (e / 4) + 4 * (lane / MT) + e % 4; }
+  // What the epilogue's 4-element stores rely on: every run of 4 results starts at a column that is a
+  // multiple of 4 and goes on in consecutive columns, and the 64 lanes' results cover the MT x MT
+  // fragment once each.
+  static constexpr bool runs_and_cover() {
+    int seen[MT][MT] = {};
+    for (int l = 0; l < 64; ++l)
+      for (int e = 0; e < MT * MT / 64; ++e) {
+        if (e % 4 == 0 && out_col(e, l) % 4 != 0) return false;
+        if (e % 4 != 0 && out_col(e, l) != out_col(e - 1, l) + 1) return false;
+        if (out_col(e, l) >= MT) return false;
+        ++seen[out_row(l)][out_col(e, l)];
+      }
+    for (int r = 0; r < MT; ++r)
+      for (int c = 0; c < MT; ++c)
+        if (seen[r][c] != 1) return false;
+    return true;
+  }
+};
+static_assert(OutMap<16>::runs_and_cover() && OutMap<32>::runs_and_cover(), "OutMap: runs of 4, each output once");
+
 // Where each lane's LDS accesses fall: byte offsets within one stage buffer (A rows [0, BM), then B
 // rows [BM, BM + BN), 72 bytes apart) and rows of the a_scale slots. The kernel forms its LDS
 // addresses with these functions only, and tools/lds_check.cpp evaluates the same functions for
@@ -162,40 +191,12 @@ struct LdsMap {
   static constexpr int operand_lane(int lane) { return (lane % MT) * kLdsStride + 8 * (lane / MT); }
 
   // The a_scale slot of the lane's output row in a fragment whose first row is row0: the lane's
-  // results all lie in row row0 + lane % MT (see out_row), so one 4-byte read a fragment.
-  static constexpr int sa_row(int row0, int lane) { return row0 + lane % MT; }
+  // results all lie in one row (OutMap), so one 4-byte read a fragment.
+  static constexpr int sa_row(int row0, int lane) { return row0 + OutMap<MT>::out_row(lane); }
   // The a_scale slot thread tid writes (rows [0, BM) used; one slot per thread, no branch).
   static constexpr int sa_slot(int tid) { return tid; }
 };
 
-// Where a lane's MFMA results go. The MFMA is issued with the B tile's fragment as its first
-// operand, so it computes C^T: result element e of lane l is the instruction's row
-// 8 * (e / 4) + 4 * (l / MT) + e % 4 (an output column) and column l % MT (an output row), for both
-// MFMA shapes. A lane's results of a fragment are thus in one output row, in runs of 4 consecutive
-// columns: one a_scale a fragment, and 8-byte (bf16) or 16-byte (fp32) stores.
-template <int MT>
-struct OutMap {
-  static constexpr int out_row(int lane) { return lane % MT; }
-  static constexpr int out_col(int e, int lane) { return 8 * (e / 4) + 4 * (lane / MT) + e % 4; }
-  // What the epilogue's 4-element stores rely on: every run of 4 results starts at a column that is a
-  // multiple of 4 and goes on in consecutive columns, and the 64 lanes' results cover the MT x MT
-  // fragment once each.
-  static constexpr bool runs_and_cover() {
-    int seen[MT][MT] = {};
-    for (int l = 0; l < 64; ++l)
-      for (int e = 0; e < MT * MT / 64; ++e) {
-        if (e % 4 == 0 && out_col(e, l) % 4 != 0) return false;
-        if (e % 4 != 0 && out_col(e, l) != out_col(e - 1, l) + 1) return false;
-        if (out_col(e, l) >= MT) return false;
-        ++seen[out_row(l)][out_col(e, l)];
-      }
-    for (int r = 0; r < MT; ++r)
-      for (int c = 0; c < MT; ++c)
-        if (seen[r][c] != 1) return false;
-    return true;
-  }
-};
-static_assert(OutMap<16>::runs_and_cover() && OutMap<32>::runs_and_cover(), "OutMap: runs of 4, each output once");
 
 // ---------------------------------------------------------------------------------------------
 // MFMA wrappers (wave-collective: every lane of the wave must call them).
@@ -219,6 +220,13 @@ __device__ __forceinline__ uint16_t f32_to_bf16(float f) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
   u += 0x7fffu + ((u >> 16) & 1u);
   return (uint16_t)(u >> 16);
+}
+
+// Four floats as bf16 to 4 consecutive elements of dst (8-byte aligned): one 8-byte store.
+__device__ __forceinline__ void store_bf16x4(uint16_t* dst, float x, float y, float z, float w) {
+  const uint64_t run = (uint64_t)f32_to_bf16(x) | ((uint64_t)f32_to_bf16(y) << 16) |
+                       ((uint64_t)f32_to_bf16(z) << 32) | ((uint64_t)f32_to_bf16(w) << 48);
+  __builtin_memcpy(dst, &run, 8);
 }
 
 // 4x4 byte transpose: out[i] byte j = in[j] byte i (v_perm_b32 / v_and_or after instcombine).
@@ -560,9 +568,7 @@ __global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(A
     uint16_t* const c = p.c;
     if (N_ % 4 == 0 && (uintptr_t)c % 8 == 0) {
       store_tile([&](int row, int col, size_t off, const acc_t& v, int e) {
-        const uint64_t run = (uint64_t)f32_to_bf16(v[e]) | ((uint64_t)f32_to_bf16(v[e + 1]) << 16) |
-                             ((uint64_t)f32_to_bf16(v[e + 2]) << 32) | ((uint64_t)f32_to_bf16(v[e + 3]) << 48);
-        if (row < M_ && col < N_) __builtin_memcpy(c + off, &run, 8);  // 8-byte aligned (above)
+        if (row < M_ && col < N_) store_bf16x4(c + off, v[e], v[e + 1], v[e + 2], v[e + 3]);  // aligned (above)
       });
     } else {
       store_tile([&](int row, int col, size_t off, const acc_t& v, int e) {
@@ -585,9 +591,7 @@ __global__ __launch_bounds__(256) void splitk_reduce_kernel(ReduceArgs r) {
       floatx4 s = {0.0f, 0.0f, 0.0f, 0.0f};
       for (int z = 0; z < r.splits; ++z)
         s += *(const floatx4*)(r.ws + (size_t)z * (size_t)r.mn + (size_t)i);
-      const uint32_t lo = (uint32_t)f32_to_bf16(s.x) | ((uint32_t)f32_to_bf16(s.y) << 16);
-      const uint32_t hi = (uint32_t)f32_to_bf16(s.z) | ((uint32_t)f32_to_bf16(s.w) << 16);
-      *(uint64_t*)(r.c + i) = (uint64_t)lo | ((uint64_t)hi << 32);
+      store_bf16x4(r.c + i, s.x, s.y, s.z, s.w);
     } else {
       float s = 0.0f;
       for (int z = 0; z < r.splits; ++z) s += r.ws[(size_t)z * (size_t)r.mn + (size_t)i];

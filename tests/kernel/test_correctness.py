@@ -13,6 +13,7 @@ from tests.conftest import (
     assert_matches,
     assert_natural_matches,
     assert_seed_matches,
+    at_odd_offset,
     make_problem,
     poisoned_output,
 )
@@ -78,16 +79,6 @@ def test_scale_signs_matter(kernel, device):
     assert_seed_matches(kernel, flipped, p.a, p.b, flipped_scale, p.b_scale, "flipped block")
 
 
-def _at_odd_offset(t: torch.Tensor) -> torch.Tensor:
-    """The same values, contiguous, one element past an aligned allocation (1 byte for fp8, 2 for bf16,
-    4 for fp32): what a slice of a larger buffer hands the op."""
-    backing = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
-    moved = backing[1:].view(t.shape)
-    moved.copy_(t)
-    assert moved.is_contiguous() and moved.storage_offset() == 1
-    return moved
-
-
 @pytest.mark.parametrize("shape", [(96, 256, 256), (130, 384, 1024), (7, 200, 128)], ids=_id)
 def test_tensors_at_odd_offsets_in_memory(kernel, device, shape):
     """Every operand and the output one element off their allocation's alignment, both layouts: the
@@ -96,11 +87,11 @@ def test_tensors_at_odd_offsets_in_memory(kernel, device, shape):
     m, n, k = shape
     seed = next(_seeds)
     p = make_problem(m, n, k, kernel.SUPPORTED_DTYPES[0], device, seed)
-    a, b, sa, sb = (_at_odd_offset(t) for t in (p.a, p.b, p.a_scale, p.b_scale))
-    c = _at_odd_offset(poisoned_output(m, n, device))
+    a, b, sa, sb = (at_odd_offset(t) for t in (p.a, p.b, p.a_scale, p.b_scale))
+    c = at_odd_offset(poisoned_output(m, n, device))
     assert kernel.gemm(a, b, sa, sb, c) is c
     assert_seed_matches(kernel, c, p.a, p.b, p.a_scale, p.b_scale, f"offset seed {_id(shape)} seed={seed}")
-    x, w, x_scale, w_scale = (_at_odd_offset(t) for t in p.natural())
-    out = _at_odd_offset(poisoned_output(m, n, device))
+    x, w, x_scale, w_scale = (at_odd_offset(t) for t in p.natural())
+    out = at_odd_offset(poisoned_output(m, n, device))
     assert kernel.gemm_natural(x, w, x_scale, w_scale, out) is out
     assert_natural_matches(kernel, out, *p.natural(), f"offset natural {_id(shape)} seed={seed}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.conftest import assert_matches
+from tests.conftest import assert_matches, at_odd_offset
 
 BLOCK = 128
 # Round to nearest in a format with 3 mantissa bits: at most 2^-4 of the value for normal numbers; in the
@@ -182,9 +182,7 @@ def test_quantize_kernel_takes_any_view(kernel, device, monkeypatch):
     op copies such a view first) give the torch code's bits, called through the op directly too."""
     base = _values(384, 256, device, seed=43)
     transposed = base.T  # (256, 384), strides (1, 256)
-    backing = torch.empty(base.numel() + 1, dtype=base.dtype, device=device)
-    offset = backing[1:].view(base.shape)
-    offset.copy_(base)
+    offset = at_odd_offset(base)
     for x in (transposed, offset):
         (q, scale), (q_ref, scale_ref) = _kernel_and_torch_code(kernel, monkeypatch, x)
         assert torch.equal(scale, scale_ref) and torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8))

@@ -332,64 +332,55 @@ def test_benchmark_results_are_compared_with_the_committed_file_of_their_variant
     assert "slower" in (bench / f"{VARIANT}.compare.txt").read_text()
 
 
-def test_inside_runs_the_lds_profile_after_the_benchmark_and_never_fails_on_it(tmp_path, monkeypatch):
-    """With the benchmark on, the LDS bank-conflict profile (benchmarks.lds_profile) runs last, into
-    results/lds_profile/; its exit status is reported but does not decide report["ok"]."""
+def _inside_with_stub_steps(tmp_path, monkeypatch, lds_profile_step) -> tuple[int, list[list[str]], dict]:
+    """cmd_inside with the benchmark on and every step stubbed: the GPU test paths exist, the loader check
+    passes, pytest reports 3 tests run, and the LDS profile's step is `lds_profile_step(cmd)`. Returns
+    the exit status, the commands run and report.json."""
     monkeypatch.chdir(tmp_path)
     for path in gpu_test.GPU_TESTS:
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).touch()
+    results = tmp_path / "results"
     ran: list[list[str]] = []
 
     def fake_run(cmd, env, log):
         ran.append(cmd)
-        if "pytest" in cmd:
-            (tmp_path / "results" / "junit.xml").write_text(
-                '<testsuites><testsuite tests="3" failures="0" errors="0" skipped="0"/></testsuites>'
-            )
-        return 7 if "benchmarks.lds_profile" in cmd else 0
-
-    monkeypatch.setattr(gpu_test, "_run_logged", fake_run)
-    monkeypatch.setattr(gpu_test, "loader_check", lambda kdir, variant: {"ok": True, "device": {"arch": "gfx942"}})
-    monkeypatch.setattr(gpu_test, "compare_with_committed", lambda bench, checkout: [])
-    results = tmp_path / "results"
-    args = gpu_test.build_parser().parse_args(
-        ["inside", "--variant", VARIANT, "--kernel-dir", str(tmp_path / "k"), "--results", str(results),
-         "--requirements", ""]
-    )  # fmt: skip
-    assert gpu_test.cmd_inside(args) == 0
-    modules = [cmd[cmd.index("-m") + 1] for cmd in ran]
-    assert modules == ["pytest", "benchmarks.run", "benchmarks.lds_profile"]
-    profile = ran[-1]
-    assert profile[profile.index("--out") + 1] == str(results / "lds_profile")
-    assert profile[profile.index("--build-dir") + 1] == str(tmp_path / "k")
-    report = json.loads((results / "report.json").read_text())
-    assert report["ok"] is True and report["lds_profile"]["exit_code"] == 7
-
-
-def test_inside_survives_an_exception_in_the_lds_profile_step(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    for path in gpu_test.GPU_TESTS:
-        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / path).touch()
-
-    def fake_run(cmd, env, log):
         if "benchmarks.lds_profile" in cmd:
-            raise OSError("exec failed")
+            return lds_profile_step(cmd)
         if "pytest" in cmd:
-            (tmp_path / "results" / "junit.xml").write_text(
-                '<testsuites><testsuite tests="1" failures="0" errors="0" skipped="0"/></testsuites>'
+            (results / "junit.xml").write_text(
+                '<testsuites><testsuite tests="3" failures="0" errors="0" skipped="0"/></testsuites>'
             )
         return 0
 
     monkeypatch.setattr(gpu_test, "_run_logged", fake_run)
     monkeypatch.setattr(gpu_test, "loader_check", lambda kdir, variant: {"ok": True, "device": {"arch": "gfx942"}})
     monkeypatch.setattr(gpu_test, "compare_with_committed", lambda bench, checkout: [])
-    results = tmp_path / "results"
     args = gpu_test.build_parser().parse_args(
         ["inside", "--variant", VARIANT, "--kernel-dir", str(tmp_path / "k"), "--results", str(results),
          "--requirements", ""]
     )  # fmt: skip
-    assert gpu_test.cmd_inside(args) == 0
-    report = json.loads((results / "report.json").read_text())
+    rc = gpu_test.cmd_inside(args)
+    return rc, ran, json.loads((results / "report.json").read_text())
+
+
+def test_inside_runs_the_lds_profile_after_the_benchmark_and_never_fails_on_it(tmp_path, monkeypatch):
+    """With the benchmark on, the LDS bank-conflict profile (benchmarks.lds_profile) runs last, into
+    results/lds_profile/; its exit status is reported but does not decide report["ok"]."""
+    rc, ran, report = _inside_with_stub_steps(tmp_path, monkeypatch, lambda cmd: 7)
+    assert rc == 0
+    modules = [cmd[cmd.index("-m") + 1] for cmd in ran]
+    assert modules == ["pytest", "benchmarks.run", "benchmarks.lds_profile"]
+    profile = ran[-1]
+    assert profile[profile.index("--out") + 1] == str(tmp_path / "results" / "lds_profile")
+    assert profile[profile.index("--build-dir") + 1] == str(tmp_path / "k")
+    assert report["ok"] is True and report["lds_profile"]["exit_code"] == 7
+
+
+def test_inside_survives_an_exception_in_the_lds_profile_step(tmp_path, monkeypatch):
+    def exec_fails(cmd):
+        raise OSError("exec failed")
+
+    rc, _, report = _inside_with_stub_steps(tmp_path, monkeypatch, exec_fails)
+    assert rc == 0
     assert report["ok"] is True and "exec failed" in report["lds_profile"]["error"]
