@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # One device call for the CUDA backend (run from the repo root on the GPU machine, with .whl carried):
 #   bash scripts/device_run.sh jit     # JIT build + correctness + timing + sanitizers (no build stage)
-#   bash scripts/device_run.sh full    # build stage + kernels load + pytest + sanitizers + benchmarks.run
-#                                      # + benchmarks.clocks (+ benchmarks.precision unless SKIP_PRECISION=1)
+#   bash scripts/device_run.sh full    # build stage + kernels load + pytest + benchmarks.run + benchmarks.clocks
+#                                      # + sanitizers (+ benchmarks.precision unless SKIP_PRECISION=1)
 #   bash scripts/device_run.sh study   # build stage + benchmarks.precision + benchmarks.run + benchmarks.clocks (no tests)
-#   bash scripts/device_run.sh bench   # full without the sanitizers
+#   bash scripts/device_run.sh bench   # full without the sanitizers (SKIP_CLOCKS=1: without benchmarks.clocks)
 #   bash scripts/device_run.sh test    # build stage + pytest (tests/kernel, tests/cuda) only
 #   bash scripts/device_run.sh check   # test + sanitizers + Nsight Compute counters (PROFILE_SHAPE)
 #   bash scripts/device_run.sh verify  # test + sanitizers
@@ -261,6 +261,11 @@ PY
     echo "ncu exit=$?"; grep -E "bit-identical|^  [a-z_]+.*gemm|Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput" "$OUT/ncu.txt" | head -n 30
     exit $rc
   fi
+  # Correctness before speed: pytest first, so that a call cut short by its time limit still tests.
+  if [ "$mode" != study ]; then
+    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernel tests/cuda/test_cuda_gpu.py 2>&1 \
+      | tee "$OUT/pytest.log" | tail -n 25 || rc=1
+  fi
   if [ -z "${SKIP_PRECISION:-}" ]; then
     timeout 150 python3 -m benchmarks.precision --build-dir build --out "$OUT/h200" \
       --shapes "${PRECISION_SHAPES:-64x64x128,128x512x7168,96x4608x7168,1024x4096x512,1024x1536x7168,1024x7168x2304,6144x512x7168}" \
@@ -278,14 +283,11 @@ PY
     grep -E "drift|slower|faster|geomean|error" "$OUT/compare-$variant.log"
   done
   # SM clock and board power under sustained load (is a shape bound by the power cap?): benchmarks.clocks.
-  timeout 300 python3 -m benchmarks.clocks --build-dir build --out "$OUT/h200/clocks.json" \
+  [ -n "${SKIP_CLOCKS:-}" ] || timeout 300 python3 -m benchmarks.clocks --build-dir build --out "$OUT/h200/clocks.json" \
     --shapes "${CLOCK_SHAPES:-1024x1536x7168,1024x7168x2048,1024x4608x7168,6144x7168x2304,6144x4608x7168,8192x8192x8192}" \
     > "$OUT/clocks.log" 2>&1 || rc=1
-  cat "$OUT/clocks.log"
-  [ "$mode" = study ] && exit $rc
-  timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernel tests/cuda/test_cuda_gpu.py 2>&1 \
-    | tee "$OUT/pytest.log" | tail -n 25 || rc=1
-  [ "$mode" = bench ] || sanitize
+  [ -f "$OUT/clocks.log" ] && cat "$OUT/clocks.log"
+  [ "$mode" = bench ] || [ "$mode" = study ] || sanitize
 fi
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv >> "$OUT/gpu.txt" 2>&1
 # The device tool brings back at most 8 files (run 100 lost its results JSON and plot so): past that, the
