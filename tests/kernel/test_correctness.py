@@ -95,3 +95,22 @@ def test_tensors_at_odd_offsets_in_memory(kernel, device, shape):
     out = at_odd_offset(poisoned_output(m, n, device))
     assert kernel.gemm_natural(x, w, x_scale, w_scale, out) is out
     assert_natural_matches(kernel, out, *p.natural(), f"offset natural {_id(shape)} seed={seed}")
+
+
+@pytest.mark.parametrize("shape", [(0, 200, 256), (64, 0, 256), (0, 0, 128)], ids=_id)
+def test_empty_m_or_n_gives_an_empty_result(kernel, device, shape):
+    """M or N of 0 (an MoE expert that received no tokens) is a valid call with an empty result, as in
+    torch's own matmul: both layouts, output allocated or given (empty tensors all share storage address 0,
+    which must not read as aliasing), and linear on no rows or a weight without rows."""
+    m, n, k = shape
+    p = make_problem(m, n, k, kernel.SUPPORTED_DTYPES[0], device, seed=next(_seeds))
+    for result in (kernel.gemm(p.a, p.b, p.a_scale, p.b_scale), kernel.gemm_natural(*p.natural())):
+        assert result.shape == (m, n) and result.dtype == torch.bfloat16 and result.device == p.a.device
+    c = torch.empty(m, n, dtype=torch.bfloat16, device=device)
+    assert kernel.gemm(p.a, p.b, p.a_scale, p.b_scale, c) is c
+    assert kernel.gemm_natural(*p.natural(), c) is c
+    kernel.ops.gemm(p.a, p.b, p.a_scale, p.b_scale, c)  # the C++ binding, called directly, agrees
+    kernel.ops.gemm_natural(*p.natural(), c)
+    x, w, _, w_scale = p.natural()
+    hidden = torch.randn(2, m, k, device=device, dtype=torch.bfloat16)
+    assert kernel.linear(hidden, w, w_scale).shape == (2, m, n)

@@ -54,7 +54,8 @@ def gemm(
     accumulated in fp32 and rounded once to bf16.
 
     Args:
-        a: ``(K, M)`` FP8, row-major (A transposed; M is contiguous). K is a multiple of 128.
+        a: ``(K, M)`` FP8, row-major (A transposed; M is contiguous). K is a positive multiple of 128;
+            M and N may be 0 (the result is then empty).
         b: ``(K, N)`` FP8 of the same dtype, row-major (B transposed).
         a_scale: ``(K // 128, M)`` float32.
         b_scale: ``(K // 128, ceil(N / 128))`` float32.
@@ -72,11 +73,12 @@ def gemm(
     if b.shape[0] != K:
         raise ValueError(f"b must have shape (K, N) = ({K}, N) to match a's K, got {tuple(b.shape)}")
     N = b.shape[1]
-    _check_sizes(M, N, K, "a.shape[0]")
+    _check_k(K, "a.shape[0]")
     _check_tensor("a_scale", a_scale, (K // BLOCK, M), torch.float32, a, ("K/128", "M"))
     _check_tensor("b_scale", b_scale, (K // BLOCK, _ceil_blocks(N)), torch.float32, a, ("K/128", "ceil(N/128)"))
     c = _output("c", c, M, N, a, (a, b, a_scale, b_scale))
-    ops.gemm(a, b, a_scale, b_scale, c)
+    if c.numel():  # M or N may be 0 (an MoE expert that got no tokens): nothing to compute or launch
+        ops.gemm(a, b, a_scale, b_scale, c)
     return c
 
 
@@ -90,7 +92,7 @@ def gemm_natural(
     """Block-scaled FP8 GEMM on the natural (K-contiguous) layout: ``out = (x * x_scale) @ (w * w_scale).T``.
 
     Args:
-        x: ``(M, K)`` FP8 activations, row-major. K is a multiple of 128.
+        x: ``(M, K)`` FP8 activations, row-major. K is a positive multiple of 128; M and N may be 0.
         w: ``(N, K)`` FP8 weight (an ``nn.Linear`` weight), row-major, same dtype as ``x``.
         x_scale: ``(M, K // 128)`` float32, one scale per row and 128-block of K.
         w_scale: ``(ceil(N / 128), K // 128)`` float32, one scale per 128x128 weight block.
@@ -105,11 +107,12 @@ def gemm_natural(
     if w.shape[1] != K:
         raise ValueError(f"w must have shape (N, K) = (N, {K}) to match x's K, got {tuple(w.shape)}")
     N = w.shape[0]
-    _check_sizes(M, N, K, "x.shape[1]")
+    _check_k(K, "x.shape[1]")
     _check_tensor("x_scale", x_scale, (M, K // BLOCK), torch.float32, x, ("M", "K/128"))
     _check_tensor("w_scale", w_scale, (_ceil_blocks(N), K // BLOCK), torch.float32, x, ("ceil(N/128)", "K/128"))
     out = _output("out", out, M, N, x, (x, w, x_scale, w_scale))
-    ops.gemm_natural(x, w, x_scale, w_scale, out)
+    if out.numel():  # M or N may be 0 (an MoE expert that got no tokens): nothing to compute or launch
+        ops.gemm_natural(x, w, x_scale, w_scale, out)
     return out
 
 
@@ -136,8 +139,6 @@ def linear(
     """
     _check_fp8("w", w, ("N", "K"))
     N, K = w.shape
-    if N <= 0:
-        raise ValueError(f"w must have at least one row (N > 0), got shape {tuple(w.shape)}")
     if K <= 0 or K % BLOCK:
         raise ValueError(f"w.shape[1] (K) must be a positive multiple of {BLOCK}, got {K}")
     _check_tensor("w_scale", w_scale, (_ceil_blocks(N), K // BLOCK), torch.float32, w, ("ceil(N/128)", "K/128"))
@@ -151,7 +152,7 @@ def linear(
             raise ValueError(f"bias must have shape (N,) = ({N},) to match w, got {tuple(bias.shape)}")
         _check_device("bias", bias, w, "w")
     rows = x.shape[:-1]
-    if x.numel() == 0:
+    if x.numel() == 0 or N == 0:
         return torch.empty((*rows, N), dtype=torch.bfloat16, device=x.device)
     with torch.no_grad():  # a bias that requires grad would otherwise make a half-differentiable result
         x_fp8, x_scale = quantize_activations(x.reshape(-1, K), w.dtype, power_of_two=power_of_two)
@@ -203,11 +204,11 @@ def _check_tensor(
     _check_layout(name, t, dims)
 
 
-def _check_sizes(M: int, N: int, K: int, k_source: str) -> None:
+def _check_k(K: int, k_source: str) -> None:
+    # K must be a whole number of scale blocks. M or N of 0 is valid (an empty result, as torch's own
+    # matmul gives); sizes cannot be negative.
     if K <= 0 or K % BLOCK:
         raise ValueError(f"K ({k_source}) must be a positive multiple of {BLOCK}, got {K}")
-    if M <= 0 or N <= 0:
-        raise ValueError(f"M and N must be positive, got M={M}, N={N}")
 
 
 def _check_device(name: str, t: torch.Tensor, like: torch.Tensor | None, like_name: str = "the first operand") -> None:
@@ -242,7 +243,8 @@ def _output(
     if out is None:
         return torch.empty((M, N), dtype=torch.bfloat16, device=like.device)
     _check_tensor(name, out, (M, N), torch.bfloat16, like, ("M", "N"))
-    if not torch.compiler.is_compiling():
+    # Empty tensors all report storage address 0: they cannot overlap, so they are not compared.
+    if out.numel() and not torch.compiler.is_compiling():
         for t in inputs:
             if out.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
                 raise ValueError(f"{name} must not share memory with an input")
