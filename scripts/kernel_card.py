@@ -253,7 +253,8 @@ For every m < M and n < N, with blocks of 128 along K:
 
 accumulated in fp32 and rounded once to bf16.
 
-- K must be a multiple of 128; M and N are any positive sizes (N need not be a multiple of 128).
+- K must be a positive multiple of 128; M and N are any sizes (N need not be a multiple of 128; M or N of
+  0 gives an empty result).
 - FP8 format: `float8_e4m3fnuz` on MI300X, `float8_e4m3fn` on Hopper; the CPU variant accepts both.
   `a`/`b` (or `x`/`w`) share one dtype; scales are float32 and may be negative.
 - All tensors are contiguous on one device; the output is written in place when given
