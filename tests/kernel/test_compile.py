@@ -42,3 +42,15 @@ def test_opcheck(kernel, device):
         q = torch.empty(64, 256, dtype=kernel.SUPPORTED_DTYPES[0], device=device)
         scale = torch.empty(64, 2, device=device)
         torch.library.opcheck(kernel.ops.quantize_rows.default, (values, True, q, scale), test_utils=UTILS)
+
+
+def test_torch_compile_dynamic_rows_including_none(kernel, device):
+    """One compiled gemm_natural over changing M, 0 included (an MoE expert's share of a batch): each call
+    equals the eager one."""
+    torch._dynamo.reset()
+    compiled = torch.compile(kernel.gemm_natural, fullgraph=True, dynamic=True, backend="aot_eager")
+    for m in (5, 0, 37):
+        x, w, xs, ws = make_problem(m, 200, 256, kernel.SUPPORTED_DTYPES[0], device, seed=23 + m).natural()
+        got = compiled(x, w, xs, ws)
+        assert got.shape == (m, 200)
+        assert torch.equal(got, kernel.gemm_natural(x, w, xs, ws)), f"M={m}: compiled and eager differ"
