@@ -247,9 +247,12 @@ PY
     exit 0
   fi
   if [ "$mode" = sanitize ]; then sanitize; exit $rc; fi
-  if [ "$mode" = test ] || [ "$mode" = check ] || [ "$mode" = verify ]; then
+  # Correctness before speed: pytest first, so that a call cut short by its time limit still tests.
+  if [ "$mode" != study ]; then
     timeout 200 python3 -m pytest -q -p no:cacheprovider tests/kernel tests/cuda/test_cuda_gpu.py 2>&1 \
       | tee "$OUT/pytest.log" | tail -n 25 || rc=1
+  fi
+  if [ "$mode" = test ] || [ "$mode" = check ] || [ "$mode" = verify ]; then
     [ "$mode" = test ] && exit $rc
     sanitize
     [ "$mode" = verify ] && exit $rc
@@ -260,11 +263,6 @@ PY
       --shape "${PROFILE_SHAPE:-6144x4608x7168}" > "$OUT/ncu.txt" 2>&1
     echo "ncu exit=$?"; grep -E "bit-identical|^  [a-z_]+.*gemm|Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput" "$OUT/ncu.txt" | head -n 30
     exit $rc
-  fi
-  # Correctness before speed: pytest first, so that a call cut short by its time limit still tests.
-  if [ "$mode" != study ]; then
-    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/kernel tests/cuda/test_cuda_gpu.py 2>&1 \
-      | tee "$OUT/pytest.log" | tail -n 25 || rc=1
   fi
   if [ -z "${SKIP_PRECISION:-}" ]; then
     timeout 150 python3 -m benchmarks.precision --build-dir build --out "$OUT/h200" \
