@@ -104,20 +104,21 @@ def summarize(sums: dict[str, dict[str, float]]) -> list[dict]:
     """One row per kernel: its counters and conflict_share = bank-conflict stall cycles / LDS-active cycles
     (None where LDS was never active)."""
     rows = []
-    for name, c in sorted(sums.items(), key=lambda kv: describe_kernel(kv[0])):
+    for name, c in sums.items():
         active = c.get("SQ_LDS_IDX_ACTIVE", 0.0)
         conflict = c.get("SQ_LDS_BANK_CONFLICT", 0.0)
+        config = gemm_config(name)
         rows.append(
             {
-                "kernel": describe_kernel(name),
-                "gemm": gemm_config(name) is not None,
+                "kernel": config or name,
+                "gemm": config is not None,
                 "kernel_name": name,
                 "dispatches": int(c.get("dispatches", 0)),
                 **{k: c[k] for k in COUNTERS if k in c},
                 "conflict_share": conflict / active if active > 0 else None,
             }
         )
-    return rows
+    return sorted(rows, key=lambda row: row["kernel"])
 
 
 def format_table(rows: list[dict]) -> str:
