@@ -1,6 +1,6 @@
 """Publish the built variants to a Hugging Face Hub kernel repository.
 
-    python -m scripts.publish --build-dir build [--repo ORG/gemm] [--dry-run]
+    python -m scripts.publish --build-dir build [--repo ORG/gemm] [--dry-run | --require-token]
                               [--force --reason "..."] [--tag vX] [--max-ops-per-commit N]
 
 What it does (all through huggingface_hub's HfApi; no hand-written HTTP):
@@ -22,8 +22,10 @@ What it does (all through huggingface_hub's HfApi; no hand-written HTTP):
   dirty or unknown provenance, or a version that disagrees with
   build.toml or the release tag are refused unless `--force --reason "..."` (the reason goes into
   the commit message);
-- the token comes only from HF_TOKEN or HF trusted publishing (OIDC); without one, or with
-  --dry-run, the plan is printed and nothing changes (exit 0);
+- the token comes only from HF_TOKEN or HF trusted publishing (OIDC, opted into with
+  HF_OIDC_RESOURCE=kernels/ORG/NAME); without one, or with --dry-run, the plan is printed and
+  nothing changes (exit 0), except that --require-token (the CI publish steps) makes a missing token
+  an error;
 - 429 and 5xx answers are retried with exponential backoff; 401/403 give a clear message.
 """
 
@@ -863,6 +865,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--build-dir", type=Path, required=True, help="directory holding the variant dirs")
     p.add_argument("--repo", help="ORG/NAME of the kernel repository (default: build.toml [general.hub] repo-id)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
+    p.add_argument(
+        "--require-token",
+        action="store_true",
+        help="fail unless HF_TOKEN or trusted publishing (HF_OIDC_RESOURCE) gives a token, instead of "
+        "printing the plan and exiting 0 (CI: a job that publishes nothing must not pass)",
+    )
     p.add_argument("--force", action="store_true", help="publish despite refusals (needs --reason)")
     p.add_argument("--reason", help="why --force is used; goes into the commit message")
     p.add_argument(
@@ -891,6 +899,8 @@ def main(argv: list[str] | None = None, log: Callable[[str], None] = print) -> i
         parser.error('--force needs --reason "..." (it goes into the commit message)')
     if args.reason and not args.force:
         parser.error("--reason is only meaningful with --force")
+    if args.require_token and args.dry_run:
+        parser.error("--require-token and --dry-run contradict each other: a dry run never publishes")
     if args.max_ops_per_commit < 1:
         parser.error("--max-ops-per-commit must be at least 1")
     if args.repo is not None and not re.fullmatch(r"[\w.-]+/[\w.-]+", args.repo):
@@ -910,6 +920,11 @@ def main(argv: list[str] | None = None, log: Callable[[str], None] = print) -> i
         variants = discover_variants(args.build_dir)
         release_problems = release_refusals(variants, general, toml_path, tag)
         token = (os.environ.get("HF_TOKEN") or "").strip() or None if args.dry_run else resolve_token(args.endpoint)
+        if token is None and args.require_token:
+            raise PublishError(
+                "--require-token: no token. Set HF_TOKEN, or HF_OIDC_RESOURCE=kernels/ORG/NAME for trusted "
+                "publishing (the job needs `permissions: id-token: write`)"
+            )
         plan_only = args.dry_run or token is None
         notes: list[str] = []
         if repo_id is None:

@@ -108,6 +108,10 @@ class HubStandin:
         self.approval_pending: set[str] = set()  # namespaces whose kernel repos await approval
         self.oidc_exchanges: list[dict] = []  # trusted-publishing token exchanges seen
         self.oidc_token = next((t for t, u in self.tokens.items() if u.get("write")), None)
+        # GitHub Actions' id-token service, which a job with `id-token: write` reaches through
+        # ACTIONS_ID_TOKEN_REQUEST_URL / ACTIONS_ID_TOKEN_REQUEST_TOKEN (served here at github_idtoken_url).
+        self.github_request_token = "actions-runtime-request-token"
+        self.github_audiences: list[str | None] = []  # audiences the id tokens were minted for
         self.lock = threading.RLock()
         self._counter = 0
         self._server: ThreadingHTTPServer | None = None
@@ -136,6 +140,10 @@ class HubStandin:
         assert self._server is not None
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
+
+    @property
+    def github_idtoken_url(self) -> str:
+        return f"{self.url}/_github/idtoken"
 
     # -- test helpers --------------------------------------------------------------------------
     def inject(
@@ -371,6 +379,14 @@ class _Handler(BaseHTTPRequestHandler):
             raise HttpError(400, "invalid token exchange request")
         return 200, {"access_token": self.hub.oidc_token, "token_type": "bearer", "expires_in": 3600}, {}
 
+    def _h_github_idtoken(self, method, args, query, body):
+        """GitHub Actions' OIDC id-token request: the runtime's bearer token in, a JWT-like id token out."""
+        if self.headers.get("Authorization", "") != f"Bearer {self.hub.github_request_token}":
+            raise HttpError(401, "bad id-token request token")
+        audience = query.get("audience")
+        self.hub.github_audiences.append(audience)
+        return 200, {"value": f"github-id-token-for:{audience}"}, {}
+
     def _h_validate_yaml(self, method, args, query, body):
         return 200, {"errors": [], "warnings": []}, {}
 
@@ -549,6 +565,8 @@ def _route(method: str, segs: list[str]) -> tuple[str, dict]:
         return "whoami", {}
     if segs == ["oauth", "token"] and method == "POST":
         return "oauth_token", {}
+    if segs == ["_github", "idtoken"] and method == "GET":
+        return "github_idtoken", {}
     if segs[:2] == ["api", "validate-yaml"]:
         return "validate_yaml", {}
     if segs[:3] == ["api", "repos", "create"] and method == "POST":

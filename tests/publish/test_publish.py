@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from scripts import publish
 from tests.publish.conftest import CPU, CUDA, READ_TOKEN, REPO, ROCM, WRITE_TOKEN, writes
@@ -407,6 +410,73 @@ def test_trusted_publishing_failure_is_explained(hub, project, run_publish, monk
     rc, out = run_publish(token=None)
     assert rc == 1 and "trusted publishing" in out and "id-token: write" in out
     assert hub.requests == []
+
+
+def test_require_token_fails_without_one_and_never_reaches_the_hub(hub, project, run_publish):
+    """In CI a missing token must fail the job: a green release that published nothing is the bug."""
+    project.variant(CPU)
+    rc, out = run_publish("--require-token", token=None)
+    assert rc == 1, out
+    assert "--require-token: no token" in out and "HF_OIDC_RESOURCE" in out
+    assert "Plan only" not in out
+    assert hub.requests == []
+    rc, out = run_publish("--require-token")  # with a token it publishes as usual
+    assert rc == 0, out
+    assert branch_files(hub) == project.local_files(CPU)
+
+
+def test_require_token_contradicts_dry_run(project, run_publish):
+    with pytest.raises(SystemExit):
+        publish.main(["--build-dir", str(project.build), "--require-token", "--dry-run"])
+
+
+def _publish_step(workflow: str) -> dict:
+    doc = yaml.safe_load((REPO_ROOT / ".github" / "workflows" / workflow).read_text())
+    (step,) = [s for job in doc["jobs"].values() for s in job.get("steps", []) if "scripts.publish" in s.get("run", "")]
+    return step
+
+
+@pytest.mark.parametrize("workflow", ["release.yml", "dispatch.yml"])
+def test_the_workflows_publish_step_publishes_through_trusted_publishing(hub, project, workflow):
+    """The publish step's own command and env, run as GitHub Actions would run it in a job with
+    `id-token: write` (the runtime's id-token service and the Hub both served by the stand-in), and no
+    stored token: the variants must reach the Hub. Before HF_OIDC_RESOURCE was set there, this step
+    printed its plan and exited 0."""
+    project.variant(CPU)
+    step = _publish_step(workflow)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING_FACE", "GITHUB_", "ACTIONS_"))}
+    for name, value in step["env"].items():  # ${{ needs.<job>.outputs.repo }} is the repository
+        env[name] = re.sub(r"\$\{\{ needs\.\w+\.outputs\.repo \}\}", REPO, value)
+        assert "${{" not in env[name], f"{workflow}: unexpected expression in {name}={value}"
+    env.update(
+        GITHUB_ACTIONS="true",
+        GITHUB_REF_TYPE="tag" if workflow == "release.yml" else "branch",
+        GITHUB_REF_NAME="v1" if workflow == "release.yml" else "main",
+        ACTIONS_ID_TOKEN_REQUEST_URL=hub.github_idtoken_url,
+        ACTIONS_ID_TOKEN_REQUEST_TOKEN=hub.github_request_token,
+        HF_ENDPOINT=hub.url,
+        HF_HOME=str(project.root / "hf_home"),
+        HF_HUB_DISABLE_XET="1",
+        HF_HUB_DISABLE_PROGRESS_BARS="1",
+    )
+    run = step["run"]
+    assert run.startswith(".venv/bin/python -m scripts.publish --build-dir build ")
+    command = run.replace(".venv/bin/python", shlex.quote(sys.executable), 1).replace(
+        "--build-dir build ", f"--build-dir {shlex.quote(str(project.build))} ", 1
+    )
+    proc = subprocess.run(["bash", "-c", command], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "Published:" in out
+    assert hub.github_audiences == [hub.url]
+    assert hub.oidc_exchanges == [{"resource": f"kernels/{REPO}", "subject_token": f"github-id-token-for:{hub.url}"}]
+    assert branch_files(hub) == project.local_files(CPU)
+    # And with the opt-in gone, the same step fails instead of passing with nothing published.
+    env.pop("HF_OIDC_RESOURCE")
+    project.variant(CPU)  # a rebuilt binary: something to publish again
+    proc = subprocess.run(["bash", "-c", command], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "--require-token: no token" in proc.stdout + proc.stderr
 
 
 def test_new_branch_holds_only_this_release_and_stale_benchmarks_go(hub, project, run_publish):
