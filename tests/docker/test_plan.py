@@ -51,7 +51,8 @@ def test_plan_all_entries(tmp_path):
     assert by["torch3.5-rocm11.2"].base_image == "rocm/pytorch:rocm11.2_ubuntu24.04_py3.12_pytorch_release_3.5.0"
     assert len({j.stage_dir for j in jobs}) == 3
     assert all(j.stage_dir.parent == tmp_path / ".docker" for j in jobs)
-    assert all(j.log_path.suffix == ".log" and j.log_path.parent == tmp_path / ".docker" for j in jobs)
+    # One log per entry, named after it in full: torch3.4-rocm11.2 and torch3.4-rocm11.3 must not share one.
+    assert [j.log_path for j in jobs] == [tmp_path / ".docker" / f"{j.name}.log" for j in jobs]
 
 
 def test_plan_filters(tmp_path):
