@@ -11,6 +11,8 @@ BUILD_DIR ?= build
 TORCH ?=
 ROCM ?=
 BASE_IMAGE ?=
+# REQUIRE_ABI=true: docker-build fails an entry whose variant breaks manylinux_2_28/abi3 (releases).
+REQUIRE_ABI ?=
 REPO ?=
 DRY_RUN ?=
 # Extra benchmark arguments, e.g. BENCH_ARGS="--threads 1 --shapes all".
@@ -45,7 +47,8 @@ gate: venv
 	$(PY) -m scripts.gfx942_gate
 
 docker-build: venv
-	$(PY) -m scripts.docker_build --torch "$(TORCH)" --rocm "$(ROCM)" --base-image "$(BASE_IMAGE)"
+	$(PY) -m scripts.docker_build --torch "$(TORCH)" --rocm "$(ROCM)" --base-image "$(BASE_IMAGE)" \
+	  $(if $(filter 1 true,$(REQUIRE_ABI)),--require-abi)
 
 publish: venv
 	$(PY) -m scripts.publish --build-dir $(BUILD_DIR) $(if $(REPO),--repo $(REPO)) $(if $(DRY_RUN),--dry-run)

@@ -283,3 +283,26 @@ def test_main_runs_entries_in_parallel_and_fails_on_any(tmp_path, monkeypatch, c
     monkeypatch.setattr(sys, "argv", ["x", "--jobs", "0"])
     with pytest.raises(db.DockerBuildError, match="--jobs"):
         db.main()
+
+
+def test_require_abi_fails_only_the_entries_that_break_it(tmp_path, monkeypatch):
+    """Without --require-abi an ABI violation is reported and the build passes (the publisher refuses the
+    variant later); with it, that entry fails, named, and the others still count as built."""
+
+    class OneBadEngine(FakeEngine):
+        def run_build(self, job, *a):
+            self.abi_ok = job.name != "torch3.4-rocm11.3"
+            return super().run_build(job, *a)
+
+    monkeypatch.setattr(db.matrix, "load", _entries)
+    monkeypatch.setattr(db, "Engine", lambda: OneBadEngine(""))
+    monkeypatch.setattr(db, "context_files", lambda: FILES)
+    summary = tmp_path / "s.json"
+    argv = ["x", "--out", str(tmp_path / "build"), "--ccache-dir", str(tmp_path / "cc"), "--summary-json", str(summary)]
+    monkeypatch.setattr(sys, "argv", argv)
+    assert db.main() == 0
+    assert [r["abi_ok"] for r in json.loads(summary.read_text())] == [True, True, False]
+    monkeypatch.setattr(sys, "argv", [*argv, "--require-abi"])
+    with pytest.raises(db.DockerBuildError, match=r"^\[torch3.4-rocm11.3\] torch34-cxx11-rocm113-x86_64-linux: ABI"):
+        db.main()
+    assert [r["ok"] for r in json.loads(summary.read_text())] == [True, True, False]

@@ -255,6 +255,32 @@ def test_publish_needs_every_gpu_test_job(name):
     assert [d["with"]["pattern"] for d in downloads] == ["tested-*"]
 
 
+def test_publishing_builds_fail_on_abi_violations_before_the_gpu_tests():
+    """The publisher refuses a variant that breaks manylinux_2_28/abi3; a build that will publish fails
+    on it at once (docker_build --require-abi), before MI300X time is spent testing it."""
+    build = DOCS["build.yml"]
+    flag = wf.triggers(build)["workflow_call"]["inputs"]["require-abi"]
+    assert flag["type"] == "boolean" and flag["default"] is False
+    (step,) = [s for s in build["jobs"]["build"]["steps"] if "make docker-build" in s.get("run", "")]
+    assert step["env"]["REQUIRE_ABI"] == "${{ inputs.require-abi }}"
+    assert 'REQUIRE_ABI="$REQUIRE_ABI"' in step["run"]
+    assert DOCS["release.yml"]["jobs"]["build"]["with"]["require-abi"] is True
+    dispatch_flag = DOCS["dispatch.yml"]["jobs"]["build"]["with"]["require-abi"]
+    assert dispatch_flag == "${{ needs.inputs.outputs.upload == 'true' }}"
+    assert "require-abi" not in DOCS["ci.yml"]["jobs"]["build"].get("with", {})  # pull requests only report it
+    # What the workflow hands make ("true" / "false") reaches the driver as the flag, or not at all.
+    for value, expected in (("true", True), ("false", False), ("", False)):
+        proc = subprocess.run(
+            ["make", "-n", "docker-build", f"REQUIRE_ABI={value}"],
+            cwd=wf.REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        line = proc.stdout[proc.stdout.index("-m scripts.docker_build") :]
+        assert ("--require-abi" in line) is expected, (value, line)
+
+
 def test_release_checks_the_tag_before_building():
     jobs = DOCS["release.yml"]["jobs"]
     assert any("scripts.workflow_inputs tag" in s.get("run", "") for s in jobs["tag"]["steps"])
