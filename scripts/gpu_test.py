@@ -428,7 +428,8 @@ def cmd_inside(args: argparse.Namespace) -> int:
             if not req.is_file():
                 raise GpuTestError(f"--requirements: {req} not found in the checkout")
             cmd = [sys.executable, "-m", "pip", "install", "--no-cache-dir", "-r", str(req)]
-            rc = _run_logged(cmd, env, results / "pip.log")
+            # As in docker/Dockerfile: some rocm/pytorch tags keep torch in the system Python (PEP 668).
+            rc = _run_logged(cmd, dict(env, PIP_BREAK_SYSTEM_PACKAGES="1"), results / "pip.log")
             if rc:
                 raise GpuTestError(f"pip install -r {req} exited {rc}")
         report["loader"] = loader_check(args.kernel_dir, args.variant)

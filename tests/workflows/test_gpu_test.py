@@ -384,3 +384,25 @@ def test_inside_survives_an_exception_in_the_lds_profile_step(tmp_path, monkeypa
     rc, _, report = _inside_with_stub_steps(tmp_path, monkeypatch, exec_fails)
     assert rc == 0
     assert report["ok"] is True and "exec failed" in report["lds_profile"]["error"]
+
+
+def test_inside_installs_its_requirements_into_the_images_python_even_when_pep668_marks_it(tmp_path, monkeypatch):
+    """The GPU test runs in the build's rocm/pytorch image, whose torch can sit in an externally managed
+    system Python: the Dockerfile's pip install passes PIP_BREAK_SYSTEM_PACKAGES=1, and so must this one."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "req.txt").write_text("pytest\n")
+    seen: list[tuple[list[str], dict]] = []
+
+    def fake_run(cmd, env, log):
+        seen.append((cmd, env))
+        return 5  # pip fails: the test stops there, naming it
+
+    monkeypatch.setattr(gpu_test, "_run_logged", fake_run)
+    args = gpu_test.build_parser().parse_args(
+        ["inside", "--variant", VARIANT, "--kernel-dir", str(tmp_path / "k"), "--results", str(tmp_path / "r"),
+         "--requirements", "req.txt"]
+    )  # fmt: skip
+    assert gpu_test.cmd_inside(args) != 0
+    ((cmd, env),) = seen
+    assert cmd[1:4] == ["-m", "pip", "install"] and env["PIP_BREAK_SYSTEM_PACKAGES"] == "1"
+    assert "pip install -r req.txt exited 5" in json.loads((tmp_path / "r" / "report.json").read_text())["error"]
