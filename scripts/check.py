@@ -88,6 +88,9 @@ def loader_verdict(variant_dir: Path, build_dir: Path, backend: str) -> dict:
             f"the kernels loader would load {chosen!r} from {build_dir}, not the variant just built "
             f"({variant_dir.name!r}): the name does not match this interpreter's torch"
         )
+    # The same name in another directory is another variant: the proofs below would load that one.
+    if (build_dir / chosen).resolve() != variant_dir.resolve():
+        raise CheckError(f"{variant_dir} is not in {build_dir}: the loader would load {build_dir / chosen} instead")
     return {"ok": True, "chosen": chosen}
 
 
@@ -130,11 +133,13 @@ def _run_smoke(build_dir: Path, backend: str, loader_dir: Path | None = None) ->
     )
 
 
-def smoke_verdict(build_dir: Path, backend: str) -> dict:
+def smoke_verdict(variant_dir: Path, build_dir: Path, backend: str) -> dict:
     proc = _run_smoke(build_dir, backend)
     if proc.returncode != 0:
         raise CheckError(f"loading the variant through kernels failed:\n{proc.stderr[-4000:]}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if variant_dir.resolve() not in Path(result["loaded"]).resolve().parents:
+        raise CheckError(f"kernels loaded {result['loaded']}, not the variant in {variant_dir}")
     if result["ran"] and not result["within_tolerance"]:
         raise CheckError(f"the smoke call through kernels disagrees with the reference: {result}")
     result["ok"] = True
@@ -245,33 +250,64 @@ def machine_code_verdict(variant_dir: Path) -> dict:
 def check_variant(
     variant_dir: Path, *, build_dir: Path | None = None, strict: bool = False, with_loaders: bool = False
 ) -> dict:
-    """Run every check, record the verdicts in metadata.json, raise CheckError on a failure."""
+    """Run every check, record the verdicts in metadata.json, raise CheckError on a failure.
+
+    Every check this run owns gets a verdict, passed or not: a failed one records its error, and the ones
+    after it record that they did not run. So a failure never leaves an earlier run's "ok" in place, and
+    the publisher, which wants each required check recorded as ok, refuses the variant. Verdicts this run
+    does not own (the GPU tests', or the loader releases' without --loaders) are kept.
+    """
     variant_dir = variant_dir.resolve()
     build_dir = (build_dir or variant_dir.parent).resolve()
     meta = read_metadata(variant_dir)
     backend = meta["backend"]["type"]
-    checks: dict = {}
+
+    def digest() -> dict:
+        verify_digest(variant_dir)
+        return {"ok": True}
+
+    def abi() -> dict:
+        verdict = abi_verdict(variant_dir)
+        _report_abi(verdict)
+        return verdict
+
+    def machine_code() -> dict:
+        verdict = machine_code_verdict(variant_dir)
+        for violation in verdict["violations"]:
+            log(f"    machine code: {violation}")
+        return verdict
+
+    def releases() -> dict:
+        if "kernels-minver" not in meta:
+            raise CheckError(f"{variant_dir}/metadata.json has no kernels-minver: rebuild it")
+        return loaders_verdict(variant_dir, build_dir, backend, meta["kernels-minver"])
+
+    plan = [
+        ("digest", "digest", digest),
+        ("loader", "loader choice", lambda: loader_verdict(variant_dir, build_dir, backend)),
+        ("abi", f"ABI ({MANYLINUX}, abi3 {PYTHON_ABI})", abi),
+    ]
+    if backend == "rocm":
+        plan.append(("machine_code", "GPU machine code of the shipped .so (gfx942 gate rules)", machine_code))
+    plan.append(
+        (
+            "smoke",
+            "load through kernels in a fresh interpreter, one call",
+            lambda: smoke_verdict(variant_dir, build_dir, backend),
+        )
+    )
+    if with_loaders:
+        plan.append(("loaders", f"load with each kernels release of {loaders.LOADERS_FILE.name}", releases))
+
+    checks: dict = {name: {"ok": False, "error": "not run: an earlier check failed"} for name, _, _ in plan}
     try:
-        with step("digest"):
-            verify_digest(variant_dir)
-            checks["digest"] = {"ok": True}
-        with step("loader choice"):
-            checks["loader"] = loader_verdict(variant_dir, build_dir, backend)
-        with step(f"ABI ({MANYLINUX}, abi3 {PYTHON_ABI})"):
-            checks["abi"] = abi_verdict(variant_dir)
-            _report_abi(checks["abi"])
-        if backend == "rocm":
-            with step("GPU machine code of the shipped .so (gfx942 gate rules)"):
-                checks["machine_code"] = machine_code_verdict(variant_dir)
-                for violation in checks["machine_code"]["violations"]:
-                    log(f"    machine code: {violation}")
-        with step("load through kernels in a fresh interpreter, one call"):
-            checks["smoke"] = smoke_verdict(build_dir, backend)
-        if with_loaders:
-            with step(f"load with each kernels release of {loaders.LOADERS_FILE.name}"):
-                if "kernels-minver" not in meta:
-                    raise CheckError(f"{variant_dir}/metadata.json has no kernels-minver: rebuild it")
-                checks["loaders"] = loaders_verdict(variant_dir, build_dir, backend, meta["kernels-minver"])
+        for name, label, run in plan:
+            try:
+                with step(label):
+                    checks[name] = run()
+            except CheckError as err:
+                checks[name] = {"ok": False, "error": str(err).splitlines()[0][:500]}
+                raise
     finally:
         meta["checks"] = {**meta.get("checks", {}), **checks}
         (variant_dir / "metadata.json").write_text(json.dumps(meta, indent=2) + "\n")

@@ -190,6 +190,22 @@ def read_build_toml(path: Path) -> dict[str, Any] | None:
         return tomllib.load(f).get("general", {})
 
 
+# The checks scripts.check records, each of which must be there and ok (a build whose check failed part
+# way records the failure; one from before these checks existed records nothing).
+REQUIRED_CHECKS = {
+    "digest": "scripts.check: the files match metadata.json",
+    "loader": "scripts.check: the loader chooses this variant",
+    "abi": "scripts.check: manylinux_2_28 / abi3",
+    "smoke": "scripts.check: loaded through kernels, one call",
+}
+# ROCm variants are found only by some loader releases (scripts/loaders.py): prove which; and the shipped
+# GPU code is held to the gfx942 gate's rules.
+REQUIRED_ROCM_CHECKS = {
+    "loaders": "scripts.build/check --loaders",
+    "machine_code": "scripts.check: the .so's gfx942 code objects",
+}
+
+
 def release_refusals(
     variants: list[LocalVariant], general: dict[str, Any] | None, toml_path: Path, tag: str | None
 ) -> list[str]:
@@ -203,11 +219,12 @@ def release_refusals(
         if not isinstance(checks, dict) or not checks:
             v.refusals.append("no checks recorded in metadata.json")
         else:
-            if "abi" not in checks:
-                v.refusals.append("no ABI check recorded")
-            # ROCm variants are found only by some loader releases (scripts/loaders.py): prove which.
-            if (v.meta.get("backend") or {}).get("type") == "rocm" and "loaders" not in checks:
-                v.refusals.append("no loader-release check recorded (scripts.build/check --loaders)")
+            required = REQUIRED_CHECKS
+            if (v.meta.get("backend") or {}).get("type") == "rocm":
+                required = {**required, **REQUIRED_ROCM_CHECKS}
+            for name in required:
+                if name not in checks:
+                    v.refusals.append(f"no '{name}' check recorded ({required[name]})")
             for name, result in sorted(checks.items()):
                 if not isinstance(result, dict) or result.get("ok") is not True:
                     v.refusals.append(f"check '{name}' did not pass")

@@ -83,6 +83,69 @@ def test_loader_rejects_misnamed_variant(variant_dir, tmp_path):
         check.loader_verdict(wrong, tmp_path, "cpu")
 
 
+def _copy_to(variant_dir: Path, build: Path) -> Path:
+    shutil.copytree(variant_dir, build / variant_dir.name, ignore=shutil.ignore_patterns("__pycache__"))
+    return build / variant_dir.name
+
+
+def test_a_failed_check_is_recorded_and_no_earlier_pass_survives(variant_dir, tmp_path):
+    """A re-check that fails records the failure, and the checks after it as not run: the previous run's
+    "ok" verdicts must not stay (the publisher reads them). Verdicts the check does not own stay."""
+    copy = _copy_to(variant_dir, tmp_path / "build")
+    meta = json.loads((copy / "metadata.json").read_text())
+    meta["checks"]["tests"] = {"ok": True}  # the GPU tests' verdict, which scripts.check does not own
+    (copy / "metadata.json").write_text(json.dumps(meta))
+    so = next(copy.glob("*.so"))
+    so.write_bytes(so.read_bytes()[: so.stat().st_size // 2])
+    with pytest.raises(CheckError, match="does not match its digest"):
+        check.check_variant(copy)
+    recorded = json.loads((copy / "metadata.json").read_text())["checks"]
+    assert recorded["digest"]["ok"] is False and "does not match its digest" in recorded["digest"]["error"]
+    for name in ("loader", "abi", "smoke"):
+        assert recorded[name] == {"ok": False, "error": "not run: an earlier check failed"}, name
+    assert recorded["tests"] == {"ok": True}
+
+
+def test_the_proofs_load_the_variant_checked_not_a_namesake(variant_dir, tmp_path):
+    """Checked against another build directory, the loader would load that directory's variant of the same
+    name: the check must fail rather than record another variant's proof."""
+    copy = _copy_to(variant_dir, tmp_path / "elsewhere")
+    with pytest.raises(CheckError, match="is not in"):
+        check.check_variant(copy, build_dir=variant_dir.parent)
+    with pytest.raises(CheckError, match="not the variant in"):
+        check.smoke_verdict(copy, variant_dir.parent, "cpu")
+    assert json.loads((copy / "metadata.json").read_text())["checks"]["smoke"]["ok"] is False
+
+
+def test_a_build_input_git_does_not_track_marks_the_build_dirty(tmp_path):
+    """The package directory is copied whole into the variant: an untracked module or an ignored old .so
+    there would ship under a clean provenance. Caches and files outside the build's inputs do not count."""
+    from scripts import build
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    (tmp_path / "torch-ext" / "gemm").mkdir(parents=True)
+    (tmp_path / "gemm").mkdir()
+    (tmp_path / "build.toml").write_text("[general]\n")
+    (tmp_path / "gemm" / "k.cpp").write_text("int k;\n")
+    (tmp_path / "torch-ext" / "gemm" / "__init__.py").write_text("")
+    (tmp_path / ".gitignore").write_text("*.so\n__pycache__/\n")
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "c")
+    assert build._git_state(tmp_path)["dirty"] is False
+    (tmp_path / "notes.txt").write_text("outside the inputs\n")
+    (tmp_path / "torch-ext" / "gemm" / "__pycache__").mkdir()
+    (tmp_path / "torch-ext" / "gemm" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"")
+    assert build._git_state(tmp_path)["dirty"] is False
+    for stray in ("torch-ext/gemm/_gemm_cpu_old.abi3.so", "torch-ext/gemm/stray.py", "gemm/new.cpp"):
+        (tmp_path / stray).write_text("x")
+        assert build._git_state(tmp_path)["dirty"] is True, stray
+        (tmp_path / stray).unlink()
+    assert build._git_state(tmp_path)["dirty"] is False
+
+
 def _run_python(code: str, env: dict[str, str]) -> str:
     base = {k: v for k, v in os.environ.items() if k != "LOCAL_KERNELS"}
     proc = subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True, cwd="/")

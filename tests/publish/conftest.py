@@ -131,9 +131,10 @@ class Project:
                     "python_abi_violations": [],
                     "ok": True,
                 },
+                "digest": {"ok": True},
                 "loader": {"ok": True},
                 "smoke": {"ok": True},
-                **({"loaders": {"ok": True}} if backend_type == "rocm" else {}),
+                **({"loaders": {"ok": True}, "machine_code": {"ok": True}} if backend_type == "rocm" else {}),
             },
         }
         (d / "metadata.json").write_text(json.dumps(meta, indent=2))

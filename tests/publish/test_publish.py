@@ -234,31 +234,56 @@ def test_dry_run_changes_nothing(hub, project, run_publish):
         assert {b: hub.files(REPO, b) for b in hub.branches(REPO)} == state
 
 
+OK = {"ok": True}
+PASSED = {"digest": OK, "loader": OK, "abi": OK, "smoke": OK}
+
+
 @pytest.mark.parametrize(
-    "problem", ["failed_check", "missing_abi_check", "rocm_without_loaders", "dirty", "toml_version", "tag_version"]
+    "problem",
+    [
+        "failed_check",
+        "missing_abi_check",
+        "stopped_before_smoke",
+        "rocm_without_loaders",
+        "rocm_without_machine_code",
+        "dirty",
+        "toml_version",
+        "tag_version",
+    ],
 )
 def test_refusals_and_force_with_reason(hub, project, run_publish, problem):
     args: list[str] = []
+    expected = ""
     if problem == "rocm_without_loaders":
-        project.variant(ROCM, ops="_gemm_rocm_abc1234", checks={"abi": {"ok": True}, "smoke": {"ok": True}})
+        project.variant(ROCM, ops="_gemm_rocm_abc1234", checks={**PASSED, "machine_code": OK})
+        expected = "no 'loaders' check recorded"
+    elif problem == "rocm_without_machine_code":
+        project.variant(ROCM, ops="_gemm_rocm_abc1234", checks={**PASSED, "loaders": OK})
+        expected = "no 'machine_code' check recorded"
     elif problem == "failed_check":
-        checks = {"abi": {"ok": True}, "loader": {"ok": True}, "smoke": {"ok": True}, "tests": {"ok": False}}
-        project.variant(CPU, checks=checks)
+        project.variant(CPU, checks={**PASSED, "tests": {"ok": False}})
+        expected = "check 'tests' did not pass"
     elif problem == "missing_abi_check":
-        project.variant(CPU, checks={"loader": {"ok": True}, "smoke": {"ok": True}})
+        project.variant(CPU, checks={k: v for k, v in PASSED.items() if k != "abi"})
+        expected = "no 'abi' check recorded"
+    elif problem == "stopped_before_smoke":  # a build from before the check recorded what it did not reach
+        project.variant(CPU, checks={k: v for k, v in PASSED.items() if k != "smoke"})
+        expected = "no 'smoke' check recorded"
     elif problem == "dirty":
         project.variant(CPU, dirty=True)
+        expected = "built from a dirty tree"
     elif problem == "toml_version":
         project.variant(CPU)
         project.write_toml(2)
+        expected = "disagrees with build.toml version 2"
     else:
         project.variant(CPU)
         args = ["--tag", "v2.0.0"]
+        expected = "disagrees with release tag v2.0.0"
 
     rc, out = run_publish(*args)
     assert rc == 2 and "REFUSED" in out and "--force" in out
-    if problem == "rocm_without_loaders":
-        assert "no loader-release check recorded" in out
+    assert expected in out
     assert writes(hub) == [] and REPO not in hub.repos
 
     rc, out = run_publish(*args, "--force", "--reason", "hotfix approved by lead")
