@@ -188,15 +188,28 @@ def _compiler_version(compiler: str) -> str:
         return compiler
 
 
+# What a build reads: the manifest, the kernel sources and the binding with its Python package (copied
+# whole into the variant). A file here that git does not track makes the build unreproducible from its commit.
+BUILD_INPUTS = ("build.toml", "gemm", "torch-ext")
+
+
 def _git_state(root: Path) -> dict | None:
-    """HEAD commit and whether tracked files differ from it; None outside a git checkout."""
+    """HEAD commit and whether the build differs from it; None outside a git checkout.
+
+    Dirty: a tracked file differs from HEAD, or a build input is not tracked at all, ignored files included
+    (a stray module or an old .so in torch-ext/gemm/ would ship inside the variant)."""
     git = ["git", "-c", "safe.directory=*", "-C", str(root)]
     try:
         commit = run([*git, "rev-parse", "HEAD"]).strip()
-        dirty = bool(run([*git, "status", "--porcelain", "--untracked-files=no"]).strip())
+        changed = run([*git, "status", "--porcelain", "--untracked-files=no"]).strip()
+        others = run([*git, "ls-files", "--others", "--", *BUILD_INPUTS]).split()
     except (BuildError, OSError):
         return None
-    return {"commit": commit, "dirty": dirty}
+    # Never shipped or compiled: the layout skips caches (and git status does not list empty directories).
+    untracked = [f for f in others if "__pycache__/" not in f and not f.endswith(".pyc")]
+    if untracked:
+        log(f"    not in git, so the build is marked dirty: {', '.join(untracked[:10])}")
+    return {"commit": commit, "dirty": bool(changed or untracked)}
 
 
 def _ops_py(ops_name: str, backend: str) -> str:
@@ -330,18 +343,23 @@ def build(
 
     staging = out / f".staging-{plan.variant}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
-    with step("lay out the variant"):
-        package = root / "torch-ext" / config.python_name
-        shutil.copytree(package, staging, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        (staging / "_ops.py").write_text(_ops_py(plan.ops_name, plan.backend))
-        (staging / "symbols.json").write_text(json.dumps(symbols(package), indent=2) + "\n")
-        shutil.copy2(objdir / f"{plan.ops_name}.abi3.so", staging / f"{plan.ops_name}.abi3.so")
-        meta = metadata(config, plan, image)
-        meta["digest"] = check.digest_json(staging)
-        check.write_metadata(staging, meta)
+    try:
+        with step("lay out the variant"):
+            package = root / "torch-ext" / config.python_name
+            shutil.copytree(package, staging, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            (staging / "_ops.py").write_text(_ops_py(plan.ops_name, plan.backend))
+            (staging / "symbols.json").write_text(json.dumps(symbols(package), indent=2) + "\n")
+            shutil.copy2(objdir / f"{plan.ops_name}.abi3.so", staging / f"{plan.ops_name}.abi3.so")
+            meta = metadata(config, plan, image)
+            meta["digest"] = check.digest_json(staging)
+            check.write_metadata(staging, meta)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)  # no half-laid-out directory left beside the variants
+        raise
 
     final = out / plan.variant
-    # Replace the old variant only now that the new one is complete.
+    # Replace the old variant only now that the new one is complete. If a check then fails, the new one
+    # stays, its metadata recording the failure (scripts.check), which the publisher refuses.
     if final.exists():
         shutil.rmtree(final)
     staging.rename(final)
