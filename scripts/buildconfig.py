@@ -12,6 +12,9 @@ from kernels._rust import Build
 from .common import REPO_ROOT, ConfigError
 
 BACKENDS = ("cpu", "cuda", "rocm")
+# Edition 6 names a [kernel.*] section's language, which implies its backend (edition 5 named the backend).
+# The parser knows more languages (rust-*, cpp-metal, cpp-xpu); this build stage compiles these.
+LANGUAGE_BACKENDS = {"cpp-cpu": "cpu", "cpp-cuda": "cuda", "cpp-rocm": "rocm"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,7 +38,10 @@ class BuildConfig:
     license: str
     backends: tuple[str, ...]
     repo_id: str | None
+    python_depends: tuple[str, ...]  # [general] python-depends: recorded in metadata.json for the loader
     torch_src: tuple[str, ...]
+    torch_include: tuple[str, ...] = ()  # [torch] include and cxx-flags: every translation unit / host one
+    torch_cxx_flags: tuple[str, ...] = ()
     kernels: dict[str, KernelSpec]  # keyed by backend
 
     @property
@@ -76,7 +82,15 @@ def load(root: Path = REPO_ROOT) -> BuildConfig:
 
     kernels: dict[str, KernelSpec] = {}
     for name, section in data.get("kernel", {}).items():
-        backend = section["backend"]
+        if "language" in section:
+            backend = LANGUAGE_BACKENDS.get(section["language"])
+            if backend is None:
+                raise ConfigError(
+                    f"{path}: [kernel.{name}] language {section['language']!r}: scripts/build.py builds "
+                    f"{', '.join(LANGUAGE_BACKENDS)} only"
+                )
+        else:
+            backend = section["backend"]
         if backend in kernels:
             raise ConfigError(f"{path}: two [kernel.*] sections for backend {backend!r}")
         spec = KernelSpec(
@@ -90,7 +104,7 @@ def load(root: Path = REPO_ROOT) -> BuildConfig:
         )
         kernels[backend] = spec
 
-    torch_src = tuple(data.get("torch", {}).get("src", ()))
+    torch_section = data.get("torch", {})
 
     return BuildConfig(
         root=root,
@@ -99,6 +113,9 @@ def load(root: Path = REPO_ROOT) -> BuildConfig:
         license=general["license"],
         backends=backends,
         repo_id=general.get("hub", {}).get("repo-id"),
-        torch_src=torch_src,
+        python_depends=tuple(general.get("python-depends", ())),
+        torch_src=tuple(torch_section.get("src", ())),
+        torch_include=tuple(torch_section.get("include", ())),
+        torch_cxx_flags=tuple(torch_section.get("cxx-flags", ())),
         kernels=kernels,
     )

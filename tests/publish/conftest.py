@@ -71,7 +71,7 @@ class Project:
 
     def write_toml(self, version: int) -> None:
         (self.root / "build.toml").write_text(
-            f'[general]\nname = "gemm"\nversion = {version}\nedition = 5\nlicense = "Apache-2.0"\n'
+            f'[general]\nname = "gemm"\nversion = {version}\nedition = 6\nlicense = "Apache-2.0"\n'
             'backends = ["cpu", "cuda", "rocm"]\n'
         )
 
