@@ -110,10 +110,18 @@ def make_plan(config: buildconfig.BuildConfig, backend: str, objdir: Path) -> Bu
     ops_name = f"_{config.python_name}_{backend}_{source_hash(files, config.root)}"
     name = variant.variant_name(variant.backend_for(backend))
     base = ["-O3", *_torch_flags(ops_name, backend)]
-    base += [f"-I{config.root / inc}" for inc in spec.include]
+    base += [f"-I{config.root / inc}" for inc in (*config.torch_include, *spec.include)]
     if backend == "cuda":
         base += [f"-I{d}" for d in cutlass_include_dirs()]
-    host_flags = [*base, "-std=c++17", "-fPIC", "-fno-gnu-unique", "-fvisibility=hidden", *spec.cxx_flags]
+    host_flags = [
+        *base,
+        "-std=c++17",
+        "-fPIC",
+        "-fno-gnu-unique",
+        "-fvisibility=hidden",
+        *config.torch_cxx_flags,
+        *spec.cxx_flags,
+    ]
     # build.toml may ask for another standard for device code (CUTLASS 4 wants C++20).
     device_std = [] if any(f.startswith("-std=") for f in spec.device_flags) else ["-std=c++17"]
 
@@ -297,7 +305,7 @@ def metadata(config: buildconfig.BuildConfig, plan: BuildPlan, image: dict | Non
         "id": plan.ops_name,
         "version": config.version,
         "license": config.license,
-        "python-depends": [],
+        "python-depends": list(config.python_depends),
         "backend": backend,
         "kernels-minver": loaders.minver(plan.backend, _rocm_release(plan.backend)),
         "provenance": provenance,

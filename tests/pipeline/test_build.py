@@ -29,11 +29,12 @@ def test_build_toml_accepted_by_official_parser():
 @pytest.mark.parametrize(
     "breakage",
     [
-        ("edition = 5", "edition = 5\nunknown-key = 1"),
-        ('backend = "rocm"', 'backend = "tpu-of-the-future"'),
+        ("edition = 6", "edition = 6\nunknown-key = 1"),
+        ('language = "cpp-rocm"', 'language = "cpp-tpu-of-the-future"'),
+        ('language = "cpp-rocm"', 'backend = "rocm"'),  # edition 5's key, which edition 6 no longer has
         ('name = "gemm"', 'name = "Not_A_Kernel_Name"'),
     ],
-    ids=["unknown key", "unknown backend", "bad name"],
+    ids=["unknown key", "unknown language", "edition 5 key", "bad name"],
 )
 def test_broken_build_toml_rejected(tmp_path, breakage):
     old, new = breakage
@@ -42,6 +43,49 @@ def test_broken_build_toml_rejected(tmp_path, breakage):
     (tmp_path / "build.toml").write_text(text.replace(old, new, 1))
     with pytest.raises(ConfigError, match="build.toml is invalid"):
         buildconfig.load(tmp_path)
+
+
+def test_build_toml_is_in_the_edition_the_installed_parser_calls_current():
+    """kernels' parser upgrades older editions in memory, with a warning, and the Nix builder (flake.nix)
+    refuses them: build.toml must need no upgrade."""
+    code = "from kernels._rust import Build; Build.open('.')"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    assert "upgrading" not in proc.stderr and "edition" not in proc.stderr, proc.stderr
+
+
+def _edited_root(tmp_path: Path, old: str, new: str) -> Path:
+    """A project root whose build.toml has `old` replaced by `new`, sharing the repo's sources."""
+    text = (REPO_ROOT / "build.toml").read_text()
+    assert old in text
+    (tmp_path / "build.toml").write_text(text.replace(old, new, 1))
+    for name in ("gemm", "torch-ext"):
+        (tmp_path / name).symlink_to(REPO_ROOT / name)
+    return tmp_path
+
+
+def test_a_language_the_stage_cannot_build_is_named(tmp_path):
+    root = _edited_root(tmp_path, 'language = "cpp-cpu"', 'language = "cpp-xpu"')  # valid for the parser
+    with pytest.raises(ConfigError, match="language 'cpp-xpu': scripts/build.py builds cpp-cpu, cpp-cuda, cpp-rocm"):
+        buildconfig.load(root)
+
+
+def test_python_depends_and_torch_flags_reach_the_build(tmp_path):
+    """Keys the parser accepts are applied, not dropped: [general] python-depends goes into metadata.json
+    (the loader checks it), [torch] include and cxx-flags into the compile commands."""
+    from scripts import build
+
+    root = _edited_root(
+        tmp_path,
+        "[torch]\n",
+        '[torch]\ninclude = ["gemm/cpu"]\ncxx-flags = ["-DGEMM_TORCH_FLAG"]\n',
+    )
+    text = (root / "build.toml").read_text().replace("backends = [", 'python-depends = ["einops"]\nbackends = [', 1)
+    (root / "build.toml").write_text(text)
+    config = buildconfig.load(root)
+    plan = build.make_plan(config, "cpu", tmp_path / "obj")
+    for cmd in plan.compile_cmds:
+        assert "-DGEMM_TORCH_FLAG" in cmd and f"-I{root / 'gemm/cpu'}" in cmd, cmd
+    assert build.metadata(config, plan, None)["python-depends"] == ["einops"]
 
 
 def test_variant_name_is_the_loaders_choice(variant_dir, build_dir):
