@@ -26,13 +26,23 @@ void check_2d(torch::Tensor const &t, char const *name, int64_t rows, int64_t co
   TORCH_CHECK(t.device() == ref.device(), name, " must be on ", ref.device(), ", got ", t.device());
 }
 
-// k_rows: true when K is the leading dim of the fp8 operands (seed layout).
+// Whether two contiguous tensors' bytes intersect (an empty one spans none). Compared by address, not by
+// storage: views of one foreign buffer have different storages, and slices of one storage may be disjoint.
+bool overlap(torch::Tensor const &x, torch::Tensor const &y) {
+  auto const *x0 = static_cast<char const *>(x.data_ptr());
+  auto const *y0 = static_cast<char const *>(y.data_ptr());
+  return x.nbytes() > 0 && y.nbytes() > 0 && x0 < y0 + y.nbytes() && y0 < x0 + x.nbytes();
+}
+
+// seed: K is the leading dim of the fp8 operands (gemm's a, b); else the natural layout's x, w.
 void check_arguments(torch::Tensor const &out, torch::Tensor const &a, torch::Tensor const &b,
                      torch::Tensor const &a_scale, torch::Tensor const &b_scale, bool seed) {
-  check_fp8(a, "a");
-  check_fp8(b, "b");
-  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "a and b must share one dtype");
-  TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "a and b must be 2-D");
+  char const *a_name = seed ? "a" : "x";
+  char const *b_name = seed ? "b" : "w";
+  check_fp8(a, a_name);
+  check_fp8(b, b_name);
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), a_name, " and ", b_name, " must share one dtype");
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2, a_name, " and ", b_name, " must be 2-D");
   int64_t const K = seed ? a.size(0) : a.size(1);
   int64_t const M = seed ? a.size(1) : a.size(0);
   int64_t const N = seed ? b.size(1) : b.size(0);
@@ -52,7 +62,7 @@ void check_arguments(torch::Tensor const &out, torch::Tensor const &a, torch::Te
   char const *out_name = seed ? "c" : "out";
   check_2d(out, out_name, M, N, at::kBFloat16, a);
   for (auto const *input : {&a, &b, &a_scale, &b_scale}) {
-    TORCH_CHECK(!out.is_alias_of(*input), out_name, " must not share memory with an input");
+    TORCH_CHECK(!overlap(out, *input), out_name, " must not share memory with an input");
   }
 }
 
@@ -88,8 +98,7 @@ void quantize_rows_checked(torch::Tensor const &x, bool power_of_two, torch::Ten
   TORCH_CHECK(K > 0 && K % kBlock == 0, "x.shape[1] (K) must be a positive multiple of 128, got ", K);
   check_2d(q, "q", M, K, kQuantizedType, x);
   check_2d(scale, "scale", M, K / kBlock, at::kFloat, x);
-  TORCH_CHECK(!q.is_alias_of(x) && !scale.is_alias_of(x) && !q.is_alias_of(scale),
-              "q, scale and x must not share memory");
+  TORCH_CHECK(!overlap(q, x) && !overlap(scale, x) && !overlap(q, scale), "q, scale and x must not share memory");
   quantize_rows(q, scale, x, power_of_two);
 }
 #endif

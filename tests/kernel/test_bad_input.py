@@ -115,6 +115,64 @@ def test_output_aliasing_an_input(kernel, device):
         kernel.gemm(a, p.b, p.a_scale, p.b_scale, c)
 
 
+def test_output_overlapping_an_input_through_another_storage(kernel, device):
+    """Two views of one foreign buffer (numpy here) are two storages over the same bytes: the overlap is
+    in the addresses, so that is what both the wrapper and the binding compare."""
+    if device != "cpu":
+        pytest.skip("numpy arrays are host memory; the same address comparison runs on every device")
+    np = pytest.importorskip("numpy")
+    dtype = kernel.SUPPORTED_DTYPES[0]
+    buffer = np.zeros(2 * M * N * 2, dtype=np.uint8)
+    p = make_problem(M, N, K, dtype, device, seed=10)
+    c = torch.from_numpy(buffer[: M * N * 2]).view(torch.bfloat16).view(M, N)
+    a_bytes = K * M
+    a = torch.from_numpy(buffer[M * N : M * N + a_bytes]).view(dtype).view(K, M)  # overlaps c's second half
+    a.copy_(p.a)
+    before = a.clone()
+    assert a.untyped_storage().data_ptr() != c.untyped_storage().data_ptr()  # two storages
+    with pytest.raises(ValueError, match="c must not share memory with an input"):
+        kernel.gemm(a, p.b, p.a_scale, p.b_scale, c)
+    with pytest.raises(RuntimeError, match="c must not share memory with an input"):
+        kernel.ops.gemm(a, p.b, p.a_scale, p.b_scale, c)
+    assert torch.equal(a.view(torch.uint8), before.view(torch.uint8))
+
+
+def test_output_beside_an_input_in_one_buffer_is_accepted(kernel, device):
+    """Disjoint slices of one allocation do not alias: such a call is valid and computes the product."""
+    dtype = kernel.SUPPORTED_DTYPES[0]
+    p = make_problem(M, N, K, dtype, device, seed=11)
+    arena = torch.empty(K * M + 2 * M * N + 64, dtype=torch.uint8, device=device)
+    a = arena[: K * M].view(dtype).view(K, M)
+    a.copy_(p.a)
+    c = arena[K * M + 64 :].view(torch.bfloat16).view(M, N)  # 64 bytes past a's last byte
+    expected = kernel.gemm(p.a, p.b, p.a_scale, p.b_scale)
+    assert kernel.gemm(a, p.b, p.a_scale, p.b_scale, c) is c
+    torch.testing.assert_close(c, expected, rtol=0, atol=0)
+    c.fill_(0)
+    kernel.ops.gemm(a, p.b, p.a_scale, p.b_scale, c)
+    torch.testing.assert_close(c, expected, rtol=0, atol=0)
+
+
+def test_an_outputs_layout_error_gives_no_transpose_advice(kernel, seed_args):
+    """For an input, `.T` of a transposed view is the zero-copy fix; an output written in place has none."""
+    for bad in (seed_args["c"].T.contiguous(), seed_args["c"].T.contiguous().T):
+        args = dict(seed_args, c=bad)
+        with pytest.raises(ValueError, match="^c must") as info:
+            kernel.gemm(**args)
+        assert ".T" not in str(info.value), str(info.value)
+
+
+def test_direct_natural_op_names_its_own_arguments(kernel, natural_args):
+    x, w = natural_args["x"], natural_args["w"]
+    with pytest.raises(RuntimeError, match="w must be float8"):
+        kernel.ops.gemm_natural(
+            x, w.view(torch.int8), natural_args["x_scale"], natural_args["w_scale"], natural_args["out"]
+        )
+    other = next(d for d in (torch.float8_e4m3fn, torch.float8_e4m3fnuz) if d != x.dtype)
+    with pytest.raises(RuntimeError, match="x and w must share one dtype"):
+        kernel.ops.gemm_natural(x, w.view(other), natural_args["x_scale"], natural_args["w_scale"], natural_args["out"])
+
+
 def test_direct_op_call_is_checked_in_cpp(kernel, seed_args):
     """Callers that bypass the Python wrapper get a RuntimeError from the binding, not a crash."""
     args = dict(seed_args)

@@ -360,6 +360,9 @@ def _bad_calls(kernel, device):
         ("bias", ValueError, lambda: kernel.linear(x, w_fp8, w_scale, torch.zeros(65, device=device))),
         ("bias", TypeError, lambda: kernel.linear(x, w_fp8, w_scale, int_bias)),
         ("power_of_two", TypeError, lambda: kernel.quantize_activations(x, power_of_two="no")),
+        ("power_of_two", TypeError, lambda: kernel.linear(x[:0], w_fp8, w_scale, power_of_two=1)),  # empty x too
+        ("bias", TypeError, lambda: kernel.linear(x, w_fp8, w_scale, torch.zeros(64, device=device).to_sparse())),
+        ("x", TypeError, lambda: kernel.quantize_activations(x.to_sparse())),
         ("w", TypeError, lambda: kernel.to_e4m3fnuz(x, w_scale)),
         ("w_scale", TypeError, lambda: kernel.to_e4m3fnuz(x.to(torch.float8_e4m3fn), w_scale.double())),
     ]

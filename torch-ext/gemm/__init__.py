@@ -19,7 +19,7 @@ import torch
 from . import reference
 from ._formats import BLOCK, SUPPORTED_DTYPES
 from ._ops import BACKEND, add_op_namespace_prefix, ops
-from .quantize import check_floating, quantize_activations, quantize_weight, to_e4m3fnuz
+from .quantize import _check_format, check_floating, quantize_activations, quantize_weight, to_e4m3fnuz
 
 __all__ = [
     "gemm",
@@ -136,6 +136,7 @@ def linear(
         ``(..., N)`` bfloat16. Inference only: no gradient flows through it (the FP8 op has no backward).
     """
     _check_fp8("w", w, ("N", "K"))
+    _check_format(w.dtype, power_of_two)  # here, not only in the quantizer, which an empty x never reaches
     N, K = w.shape
     if K <= 0 or K % BLOCK:
         raise ValueError(f"w.shape[1] (K) must be a positive multiple of {BLOCK}, got {K}")
@@ -188,6 +189,7 @@ def _check_tensor(
     dtype: torch.dtype,
     like: torch.Tensor,
     dims: tuple[str, str],
+    output: bool = False,
 ) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -195,11 +197,11 @@ def _check_tensor(
         raise TypeError(f"{name} must be {dtype}, got {t.dtype}")
     if tuple(t.shape) != shape:
         hint = ""
-        if t.dim() == 2 and tuple(t.shape) == shape[::-1] and shape[0] != shape[1]:
+        if t.dim() == 2 and tuple(t.shape) == shape[::-1] and shape[0] != shape[1] and not output:
             hint = f"; it looks transposed: pass {name}.T"
         raise ValueError(f"{name} must have shape ({dims[0]}, {dims[1]}) = {shape}, got {tuple(t.shape)}{hint}")
     _check_device(name, t, like)
-    _check_layout(name, t, dims)
+    _check_layout(name, t, dims, output)
 
 
 def _check_k(K: int, k_source: str) -> None:
@@ -219,9 +221,14 @@ def _check_device(name: str, t: torch.Tensor, like: torch.Tensor | None, like_na
         raise ValueError(f"{name} must be on the same device as {like_name} ({like.device}), got {t.device}")
 
 
-def _check_layout(name: str, t: torch.Tensor, dims: tuple[str, str]) -> None:
+def _check_layout(name: str, t: torch.Tensor, dims: tuple[str, str], output: bool = False) -> None:
     if t.is_contiguous():
         return
+    if output:  # an input's transposed view has a zero-copy fix; an output written in place has none
+        raise ValueError(
+            f"{name} must be row-major contiguous ({dims[0]}, {dims[1]}), got strides {t.stride()}: pass a "
+            f"contiguous tensor, or none and use the one returned"
+        )
     if t.dim() == 2 and t.T.is_contiguous():
         raise ValueError(
             f"{name} must be a row-major contiguous ({dims[0]}, {dims[1]}) tensor, got a transposed view "
@@ -240,13 +247,21 @@ def _output(
 ) -> torch.Tensor:
     if out is None:
         return torch.empty((M, N), dtype=torch.bfloat16, device=like.device)
-    _check_tensor(name, out, (M, N), torch.bfloat16, like, ("M", "N"))
-    # Empty tensors all report storage address 0: they cannot overlap, so they are not compared.
-    if out.numel() and not torch.compiler.is_compiling():
+    _check_tensor(name, out, (M, N), torch.bfloat16, like, ("M", "N"), output=True)
+    # Compared by the bytes each tensor spans (all are contiguous by now): two tensors can share memory
+    # through different storages (views of one numpy buffer), and two slices of one storage need not overlap.
+    # Fake tensors (torch.compile) have no addresses.
+    if not torch.compiler.is_compiling():
         for t in inputs:
-            if out.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
+            if _overlap(out, t):
                 raise ValueError(f"{name} must not share memory with an input")
     return out
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two contiguous tensors' bytes intersect (an empty tensor spans none)."""
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    return a0 < b0 + b.numel() * b.element_size() and b0 < a0 + a.numel() * a.element_size()
 
 
 @torch.library.register_fake(add_op_namespace_prefix("gemm"))

@@ -189,6 +189,8 @@ def check_floating(name: str, t: object) -> None:
     """t is a tensor of one of INPUT_DTYPES (the quantizers' and `linear`'s unquantized arguments)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.layout != torch.strided:  # sparse or nested: the quantizers and the bias add read dense memory
+        raise TypeError(f"{name} must be a dense (strided) tensor, got layout {t.layout}")
     if t.dtype not in INPUT_DTYPES:
         wanted = ", ".join(str(d) for d in INPUT_DTYPES)
         raise TypeError(f"{name} must be one of {wanted}, got {t.dtype}")
