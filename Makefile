@@ -18,11 +18,17 @@ DRY_RUN ?=
 # Extra benchmark arguments, e.g. BENCH_ARGS="--threads 1 --shapes all".
 BENCH_ARGS ?=
 
-.PHONY: venv system-deps build test lint gate docker-build publish bench clean
+.PHONY: venv system-deps build test lint gate docker-build publish bench clean FORCE
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: requirements/build.txt requirements/dev.txt requirements/cuda-headers.txt
+# The torch spec the venv was made with, rewritten only when TORCH_SPEC changes: a venv made with another
+# torch is then reinstalled instead of silently building against the old one.
+$(VENV)/.torch-spec: FORCE
+	@mkdir -p $(VENV)
+	@echo '$(TORCH_SPEC)' | cmp -s - $@ || echo '$(TORCH_SPEC)' > $@
+
+$(VENV)/.installed: requirements/build.txt requirements/dev.txt requirements/cuda-headers.txt $(VENV)/.torch-spec
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)" -r requirements/dev.txt
