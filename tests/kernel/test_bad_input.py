@@ -162,6 +162,16 @@ def test_an_outputs_layout_error_gives_no_transpose_advice(kernel, seed_args):
         assert ".T" not in str(info.value), str(info.value)
 
 
+def test_direct_op_mixing_a_meta_tensor_is_refused(kernel, seed_args):
+    """The dispatcher sends a call with any meta tensor to the fake kernel, not the binding: it must not
+    return quietly with c unwritten."""
+    args = dict(seed_args, a_scale=seed_args["a_scale"].to("meta"))
+    with pytest.raises(ValueError, match="every tensor must be on one device, .*a_scale on meta"):
+        kernel.ops.gemm(**args)
+    meta = {k: v.to("meta") for k, v in seed_args.items()}
+    kernel.ops.gemm(**meta)  # all on meta: shape inference, as torch.compile's fake tensors do
+
+
 def test_direct_natural_op_names_its_own_arguments(kernel, natural_args):
     x, w = natural_args["x"], natural_args["w"]
     with pytest.raises(RuntimeError, match="w must be float8"):

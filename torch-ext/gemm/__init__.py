@@ -264,19 +264,28 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a0 < b0 + b.numel() * b.element_size() and b0 < a0 + a.numel() * a.element_size()
 
 
+# The fakes also serve a direct torch.ops call that mixes real tensors with meta ones (the dispatcher routes
+# it here, not to the binding's checks): such a call would otherwise return having written nothing.
+def _one_device(op: str, **tensors: torch.Tensor) -> None:
+    devices = {t.device for t in tensors.values()}
+    if len(devices) > 1:
+        where = ", ".join(f"{name} on {t.device}" for name, t in tensors.items())
+        raise ValueError(f"{op}: every tensor must be on one device, got {where}")
+
+
 @torch.library.register_fake(add_op_namespace_prefix("gemm"))
 def _gemm_fake(a, b, a_scale, b_scale, c) -> None:
-    return None
+    _one_device("gemm", a=a, b=b, a_scale=a_scale, b_scale=b_scale, c=c)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("gemm_natural"))
 def _gemm_natural_fake(x, w, x_scale, w_scale, out) -> None:
-    return None
+    _one_device("gemm_natural", x=x, w=w, x_scale=x_scale, w_scale=w_scale, out=out)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("quantize_rows"))
 def _quantize_rows_fake(x, power_of_two, q, scale) -> None:
-    return None
+    _one_device("quantize_rows", x=x, q=q, scale=scale)
 
 
 # Last: the layers call `linear`, defined above.
