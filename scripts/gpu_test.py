@@ -244,8 +244,34 @@ def run_container(plan: Plan, client: Any, src: Path) -> int:
         return int(status.get("StatusCode", 1))
     finally:
         if container is not None:
-            container.remove(force=True)
-            print(f"removed container {plan.container_name}", flush=True)
+            try:
+                container.remove(force=True)
+                print(f"removed container {plan.container_name}", flush=True)
+            except docker.errors.NotFound:
+                print(f"container {plan.container_name} was already removed", flush=True)
+            if not (plan.results / "report.json").is_file():
+                reclaim_results(plan, client)
+
+
+def reclaim_results(plan: Plan, client: Any) -> None:
+    """Hand the results back to the runner's user after the container ended without finishing (killed,
+    timed out, cancelled): it runs as root, and `inside` chowns its results only when it finishes. Root-owned
+    files would survive the runner's cleanup of RUNNER_TEMP and make every later job on it fail (--out not
+    empty). One short container of the same image does it; best effort, since the job has failed already."""
+    if os.getuid() == 0 or not plan.results.is_dir():
+        return
+    try:
+        client.containers.run(
+            image=plan.image,
+            entrypoint=["chown", "-R", f"{os.getuid()}:{os.getgid()}", RESULTS_MOUNT],
+            command=[],
+            volumes={str(plan.results): {"bind": RESULTS_MOUNT, "mode": "rw"}},
+            remove=True,
+            labels={LABEL_VARIANT: plan.variant, LABEL_RUN: run_label()},
+        )
+        print(f"results handed back to uid {os.getuid()}", flush=True)
+    except Exception as exc:  # noqa: BLE001 (never mask the job's own failure)
+        print(f"warning: could not hand the results back ({exc}); remove {plan.results} as root", flush=True)
 
 
 def _stream_logs(container: Any, log: Path) -> None:
@@ -303,11 +329,21 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     if docker is None:
         print("cleanup: no docker CLI on this runner; nothing to remove")
         return 0
-    label = f"label={LABEL_RUN}={run_label()}"
-    found = subprocess.run([docker, "ps", "-aq", "--filter", label], capture_output=True, text=True, check=False)
+    # One workflow run tests several variants at once, and several single-GPU runners can share one host's
+    # engine: a job removes only its own variant's containers, or it would kill its neighbours' tests.
+    filters = [f"label={LABEL_RUN}={run_label()}"]
+    if args.variant:
+        filters.append(f"label={LABEL_VARIANT}={args.variant}")
+    found = subprocess.run(
+        [docker, "ps", "-aq", *(w for f in filters for w in ("--filter", f))],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if found.returncode:
         raise GpuTestError(f"docker ps failed: {found.stderr.strip()}")
     ids = found.stdout.split()
+    label = " and ".join(filters)
     print(f"cleanup: {len(ids)} container(s) with {label}")
     if ids and not args.dry_run:
         rm = subprocess.run([docker, "rm", "-f", *ids], capture_output=True, text=True, check=False)
@@ -511,7 +547,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--tests", action="append", help=f"pytest path inside the checkout (repeatable; default {' '.join(GPU_TESTS)})"
     )
-    c = sub.add_parser("cleanup", help="remove every container this workflow run started (docker CLI)")
+    c = sub.add_parser("cleanup", help="remove the containers this workflow run started (docker CLI)")
+    c.add_argument("--variant", default="", help="only this variant's (a matrix job's own); default: the whole run's")
     c.add_argument("--dry-run", action="store_true", help="only list them")
     i = sub.add_parser("inside", help="in the container (started by `run`)")
     i.add_argument("--variant", required=True)

@@ -19,6 +19,7 @@ import requests
 from scripts import gpu_test
 from tests.benchmarks.results_files import ours_and_torch
 from tests.conftest import REPO_ROOT as REPO
+from tests.workflows import wf
 
 # Fictional versions: the real pairs live only in docker/matrix.yaml.
 VARIANT = "torch299-cxx11-rocm98-x86_64-linux"
@@ -160,7 +161,10 @@ class FakeClient:
         self.pulled.append(ref)
 
     def run(self, **kwargs):
-        self.run_kwargs = kwargs
+        if self.run_kwargs is None:
+            self.run_kwargs = kwargs
+        else:  # a later container (reclaim_results)
+            self.later = [*getattr(self, "later", []), kwargs]
         return self.container
 
 
@@ -182,6 +186,36 @@ def test_container_killed_and_removed_on_timeout(tmp_path):
     with pytest.raises(gpu_test.GpuTestError, match="exceeded"):
         gpu_test.run_container(plan, FakeClient(container), tmp_path / "src")
     assert container.calls[-2:] == ["kill", "remove force=True"]
+
+
+def test_a_killed_container_hands_its_results_back_to_the_runner(tmp_path, monkeypatch):
+    """The container runs as root and chowns its results only when it finishes: after a kill, one short
+    container of the same image hands them back, or root-owned files would block the runner's next jobs."""
+    import docker.errors
+
+    monkeypatch.setattr(gpu_test.os, "getuid", lambda: 1001)
+    monkeypatch.setattr(gpu_test.os, "getgid", lambda: 1002)
+    plan = gpu_test.make_plan(run_args(tmp_path, timeout_min=0.01))
+    gpu_test.stage_artifact(plan)
+    container = FakeContainer(requests.exceptions.ReadTimeout("slow"))
+
+    def gone(force):  # someone removed it first: not an error of this job
+        container.calls.append("remove")
+        raise docker.errors.NotFound("no such container")
+
+    container.remove = gone
+    client = FakeClient(container)
+    with pytest.raises(gpu_test.GpuTestError, match="exceeded"):
+        gpu_test.run_container(plan, client, tmp_path / "src")
+    (reclaim,) = client.later
+    assert reclaim["image"] == plan.image and reclaim["remove"] is True
+    assert reclaim["entrypoint"] == ["chown", "-R", "1001:1002", gpu_test.RESULTS_MOUNT]
+    assert reclaim["volumes"] == {str(plan.results): {"bind": gpu_test.RESULTS_MOUNT, "mode": "rw"}}
+    # A container that finished wrote report.json and chowned its results itself: no second container.
+    (plan.results / "report.json").write_text("{}")
+    client = FakeClient(FakeContainer({"StatusCode": 0}))
+    assert gpu_test.run_container(plan, client, tmp_path / "src") == 0
+    assert not hasattr(client, "later")
 
 
 def test_record_tests_writes_checks_tests(tmp_path, monkeypatch):
@@ -268,6 +302,23 @@ def test_cleanup_removes_this_runs_containers(tmp_path, monkeypatch, capsys):
     assert lines[0] == f"ps -aq --filter label={gpu_test.LABEL_RUN}=99-1"
     assert lines[1] == "rm -f c1 c2"
     assert "2 container(s)" in capsys.readouterr().out
+
+
+def test_cleanup_of_one_job_spares_the_other_variants_of_its_run(tmp_path, monkeypatch, capsys):
+    """A run tests its variants in parallel, possibly on runners sharing one engine: the workflow's cleanup
+    step names its variant, and only that variant's containers of this run are removed."""
+    log = _fake_docker(tmp_path, "c1")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    monkeypatch.setenv("GITHUB_RUN_ID", "99")
+    monkeypatch.setenv("GITHUB_RUN_ATTEMPT", "2")
+    assert gpu_test.main(["cleanup", "--variant", VARIANT]) == 0
+    ps = log.read_text().splitlines()[0]
+    assert ps == f"ps -aq --filter label={gpu_test.LABEL_RUN}=99-2 --filter label={gpu_test.LABEL_VARIANT}={VARIANT}"
+    step = [
+        s for s in wf.load(wf.WORKFLOWS / "gpu-test.yml")["jobs"]["gpu-test"]["steps"] if "cleanup" in s.get("run", "")
+    ]
+    assert step and step[0]["run"].endswith('cleanup --variant "$VARIANT"')
+    assert step[0]["env"]["VARIANT"] == "${{ matrix.variant }}"
 
 
 def test_cleanup_without_docker_is_a_no_op(tmp_path, monkeypatch):
