@@ -110,7 +110,7 @@ def plan(
                 image_ref=base_image or e.image_ref,
                 expected_variant=None if base_image else e.variant,
                 stage_dir=stage,
-                # Not with_suffix: the keys hold dots ("torch2.13-rocm10.0"), whose last part it would replace.
+                # Not with_suffix: the keys hold dots (torch<X.Y>-rocm<X.Y>), whose last part it would replace.
                 log_path=stage.parent / f"{e.key}.log",
             )
         )
