@@ -342,6 +342,31 @@ def test_kernelize_swaps_in_the_fp8_linear_layer(kernel, device, build_dir):
     assert relative < 0.05, f"the layer is {relative:.3f} off the model's own forward"
 
 
+def test_fp8_linear_layer_works_on_a_tensor_parallel_shard(kernel, device, tmp_path):
+    """Tensor-parallel models hold the weight, its scales and the bias as DTensors: the layer multiplies this
+    rank's shard (as transformers' FP8Linear does) instead of failing inside torch on mixed tensor types."""
+    if device != "cpu":
+        pytest.skip("a one-rank gloo group serves CPU tensors; the unwrapping is the same code on every device")
+    dist = pytest.importorskip("torch.distributed")
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        mesh = DeviceMesh("cpu", [0])
+        w_fp8, w_scale = kernel.quantize_weight(torch.randn(256, 384, generator=torch.Generator().manual_seed(3)))
+        bias = torch.randn(256, generator=torch.Generator().manual_seed(4))
+        layer = kernel.layers.FP8Linear()
+        for name, value in (("weight", w_fp8), ("weight_scale_inv", w_scale), ("bias", bias)):
+            setattr(layer, name, torch.nn.Parameter(DTensor.from_local(value, mesh, [Shard(0)]), requires_grad=False))
+        x = _values(5, 384, device, seed=31).to(torch.bfloat16)
+        out = layer(x)
+        assert not isinstance(out, DTensor)
+        assert torch.equal(out, kernel.linear(x, w_fp8, w_scale, bias))
+    finally:
+        dist.destroy_process_group()
+
+
 def _bad_calls(kernel, device):
     w_fp8, w_scale = kernel.quantize_weight(torch.randn(64, 256, device=device))
     x = torch.randn(4, 256, device=device)

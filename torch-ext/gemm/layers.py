@@ -14,6 +14,17 @@ from torch import nn
 
 from . import linear
 
+try:
+    from torch.distributed.tensor import DTensor
+except ImportError:  # a torch built without distributed support
+    DTensor = None
+
+
+def _local(t: torch.Tensor | None) -> torch.Tensor | None:
+    """A tensor-parallel model holds its parameters as DTensors: the layer works on this rank's shard, as
+    transformers' own FP8Linear does (its plan's hooks place the input and gather the output)."""
+    return t.to_local() if DTensor is not None and isinstance(t, DTensor) else t
+
 
 class FP8Linear(nn.Module):
     """``input @ (weight * weight_scale_inv).T + bias``, input quantized per row and 128 elements of K."""
@@ -26,5 +37,6 @@ class FP8Linear(nn.Module):
         block = getattr(self, "block_size", None)  # transformers' FP8Linear records it
         if block is not None and tuple(block) != (128, 128):
             raise ValueError(f"FP8Linear: the op takes 128 x 128 weight blocks, this layer has {tuple(block)}")
-        out = linear(input, self.weight, self.weight_scale_inv, getattr(self, "bias", None))
+        weight, scale = _local(self.weight), _local(self.weight_scale_inv)
+        out = linear(_local(input), weight, scale, _local(getattr(self, "bias", None)))
         return out.to(input.dtype)
