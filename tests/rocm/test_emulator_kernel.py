@@ -55,6 +55,11 @@ TSAN_CASES = [
     ("natural", 2, 2, "vec", 65, 70, 256),
     ("seed", 0, 1, "vec", 40, 40, 128),
     ("seed", 1, 2, "bytes-misaligned", 21, 130, 256),
+    # Three K-blocks in one split, per configuration: the double-buffered LDS stages (operands and a_scale)
+    # are reused across iterations, which one K-block a split never exercises.
+    ("natural", 2, 1, "vec", 65, 70, 384),
+    ("seed", 1, 1, "vec", 40, 40, 384),
+    ("seed", 0, 1, "vec", 40, 40, 384),
 ]
 
 
