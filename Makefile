@@ -22,16 +22,18 @@ BENCH_ARGS ?=
 
 venv: $(VENV)/.installed
 
-# The torch spec the venv was made with, rewritten only when TORCH_SPEC changes: a venv made with another
-# torch is then reinstalled instead of silently building against the old one.
+# The torch spec the venv is made with. A TORCH_SPEC given on the command line or in the environment
+# replaces it when it differs, and the venv is remade with that torch; a plain `make test` keeps the one
+# the venv has (the default spec is used only for a new venv).
 $(VENV)/.torch-spec: FORCE
 	@mkdir -p $(VENV)
-	@echo '$(TORCH_SPEC)' | cmp -s - $@ || echo '$(TORCH_SPEC)' > $@
+	@if [ ! -f $@ ] || [ "$(origin TORCH_SPEC)" != file ]; then \
+	  echo '$(TORCH_SPEC)' | cmp -s - $@ || echo '$(TORCH_SPEC)' > $@; fi
 
 $(VENV)/.installed: requirements/build.txt requirements/dev.txt requirements/cuda-headers.txt $(VENV)/.torch-spec
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "$(TORCH_SPEC)" -r requirements/dev.txt
+	$(PY) -m pip install --quiet "$$(cat $(VENV)/.torch-spec)" -r requirements/dev.txt
 	$(PY) -m pip install --quiet --no-deps -r requirements/cuda-headers.txt
 	touch $@
 
