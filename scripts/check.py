@@ -305,8 +305,12 @@ def check_variant(
             try:
                 with step(label):
                     checks[name] = run()
-            except CheckError as err:
-                checks[name] = {"ok": False, "error": str(err).splitlines()[0][:500]}
+            except Exception as err:  # any failure of this check is its verdict, not "not run"
+                what = str(err).splitlines()[0][:500] if str(err) else ""
+                checks[name] = {
+                    "ok": False,
+                    "error": what if isinstance(err, CheckError) else f"{type(err).__name__}: {what}",
+                }
                 raise
     finally:
         meta["checks"] = {**meta.get("checks", {}), **checks}

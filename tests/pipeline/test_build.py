@@ -137,7 +137,7 @@ def test_a_failed_check_is_recorded_and_no_earlier_pass_survives(variant_dir, tm
     "ok" verdicts must not stay (the publisher reads them). Verdicts the check does not own stay."""
     copy = _copy_to(variant_dir, tmp_path / "build")
     meta = json.loads((copy / "metadata.json").read_text())
-    meta["checks"]["tests"] = {"ok": True}  # the GPU tests' verdict, which scripts.check does not own
+    meta.setdefault("checks", {})["tests"] = {"ok": True}  # the GPU tests' verdict, which scripts.check does not own
     (copy / "metadata.json").write_text(json.dumps(meta))
     so = next(copy.glob("*.so"))
     so.write_bytes(so.read_bytes()[: so.stat().st_size // 2])
@@ -148,6 +148,21 @@ def test_a_failed_check_is_recorded_and_no_earlier_pass_survives(variant_dir, tm
     for name in ("loader", "abi", "smoke"):
         assert recorded[name] == {"ok": False, "error": "not run: an earlier check failed"}, name
     assert recorded["tests"] == {"ok": True}
+
+
+def test_a_check_that_breaks_unexpectedly_records_why(variant_dir, tmp_path, monkeypatch):
+    """Not only CheckError: any exception inside a check is that check's failed verdict, with its type."""
+    copy = _copy_to(variant_dir, tmp_path / "build")
+
+    def garbled(*args):
+        raise json.JSONDecodeError("Expecting value", "", 0)
+
+    monkeypatch.setattr(check, "smoke_verdict", garbled)
+    with pytest.raises(json.JSONDecodeError):
+        check.check_variant(copy)
+    recorded = json.loads((copy / "metadata.json").read_text())["checks"]
+    assert recorded["digest"]["ok"] and recorded["loader"]["ok"]
+    assert recorded["smoke"] == {"ok": False, "error": "JSONDecodeError: Expecting value: line 1 column 1 (char 0)"}
 
 
 def test_the_proofs_load_the_variant_checked_not_a_namesake(variant_dir, tmp_path):
