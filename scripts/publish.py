@@ -18,7 +18,8 @@ What it does (all through huggingface_hub's HfApi; no hand-written HTTP):
   `--max-ops-per-commit` operations, or for a new version branch, the commits go to a side branch
   that is verified and then becomes the version branch, so it never holds half a release;
 - after the upload each published variant's metadata.json is fetched back and its digest compared;
-- variants with a failed check (or, for ROCm, no record of the loader releases that load it), a
+- variants with a failed check, or without a passed digest, loader, abi and smoke check (for ROCm also
+  the loader releases that load it and its machine code: REQUIRED_CHECKS), a
   dirty or unknown provenance, or a version that disagrees with
   build.toml or the release tag are refused unless `--force --reason "..."` (the reason goes into
   the commit message);

@@ -343,8 +343,9 @@ def test_kernelize_swaps_in_the_fp8_linear_layer(kernel, device, build_dir):
 
 
 def test_fp8_linear_layer_works_on_a_tensor_parallel_shard(kernel, device, tmp_path):
-    """Tensor-parallel models hold the weight, its scales and the bias as DTensors: the layer multiplies this
-    rank's shard (as transformers' FP8Linear does) instead of failing inside torch on mixed tensor types."""
+    """Tensor-parallel models hold the weight, its scales and the bias as DTensors: the layer takes their
+    local tensors instead of failing inside torch on mixed tensor types. (One rank: the shard is the whole
+    tensor, so this shows the unwrapping, not a split of the work.)"""
     if device != "cpu":
         pytest.skip("a one-rank gloo group serves CPU tensors; the unwrapping is the same code on every device")
     dist = pytest.importorskip("torch.distributed")

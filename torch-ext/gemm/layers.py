@@ -9,21 +9,21 @@ On MI300X the weight must be e4m3fnuz: convert it once with `gemm.to_e4m3fnuz`.
 
 from __future__ import annotations
 
+import sys
+
 import torch
 from torch import nn
 
 from . import linear
 
-try:
-    from torch.distributed.tensor import DTensor
-except ImportError:  # a torch built without distributed support
-    DTensor = None
-
 
 def _local(t: torch.Tensor | None) -> torch.Tensor | None:
-    """A tensor-parallel model holds its parameters as DTensors: the layer works on this rank's shard, as
-    transformers' own FP8Linear does (its plan's hooks place the input and gather the output)."""
-    return t.to_local() if DTensor is not None and isinstance(t, DTensor) else t
+    """A tensor-parallel model holds its parameters as DTensors: the layer works on this rank's shard of the
+    weight and its scales, as transformers' own FP8Linear does (the plan's hooks place input and output).
+    A DTensor exists only once torch.distributed.tensor is imported: not importing it here keeps it (about
+    half a second) off every load of the kernel."""
+    dtensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
+    return t.to_local() if dtensor is not None and isinstance(t, dtensor) else t
 
 
 class FP8Linear(nn.Module):
@@ -38,5 +38,5 @@ class FP8Linear(nn.Module):
         if block is not None and tuple(block) != (128, 128):
             raise ValueError(f"FP8Linear: the op takes 128 x 128 weight blocks, this layer has {tuple(block)}")
         weight, scale = _local(self.weight), _local(self.weight_scale_inv)
-        out = linear(_local(input), weight, scale, _local(getattr(self, "bias", None)))
+        out = linear(input, weight, scale, _local(getattr(self, "bias", None)))
         return out.to(input.dtype)
