@@ -2,9 +2,10 @@
 
 `render_card` is a pure function of its inputs (no dates, no host names), so re-rendering an
 unchanged release gives the same bytes and the publisher makes no README commit.
-Benchmark results are read from `benchmarks/results/<run>/*.json` when present (written by the
-benchmark harness); the reader is tolerant: a JSON file may hold one record, a list of records, or
-an object with a `results` list whose entries inherit the object's scalar fields.
+Benchmark results: for each platform folder `benchmarks/results/<platform>/`, the committed results of
+each variant, `<variant>.json` (schema gemm-bench/1, as the benchmark harness writes it and the GPU test
+compares against). Other files there (a run's logs, sweeps, probes, dated copies) are working notes, not
+the published numbers, and unreadable files are skipped.
 """
 
 from __future__ import annotations
@@ -13,33 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-# Preferred benchmark columns, in order; other scalar keys follow (up to MAX_BENCH_COLUMNS).
-_BENCH_PREFERRED = (
-    "run",
-    "platform",
-    "variant",
-    "device",
-    "backend",
-    "layout",
-    "impl",
-    "m",
-    "n",
-    "k",
-    "M",
-    "N",
-    "K",
-    "time_us",
-    "us",
-    "ms",
-    "tflops",
-    "TFLOPS",
-    "pct_sol",
-    "speedup",
-    "baseline",
-)
-MAX_BENCH_COLUMNS = 12
 OURS = "gemm"  # the impl name of this kernel in benchmark records
-MAX_BENCH_ROWS = 60
+MAX_BENCH_ROWS = 60  # per platform
 
 
 def _cell(value: Any) -> str:
@@ -61,56 +37,45 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
 
 
 def load_benchmarks(results_dir: Path) -> list[dict[str, Any]]:
-    """Rows (flat dicts of scalars) from results_dir/*/*.json; [] when absent or unreadable."""
+    """Our records from each platform's committed per-variant results (module docstring); [] when none."""
     rows: list[dict[str, Any]] = []
     if not results_dir.is_dir():
         return rows
     for path in sorted(results_dir.glob("*/*.json")):
-        if path.parent.name == "tmp":  # scratch output (git-ignored), not results
-            continue
         try:
-            data = json.loads(path.read_text())
+            doc = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        run = path.parent.name
-        if isinstance(data, dict) and str(data.get("schema", "")).startswith("gemm-bench/"):
-            rows += _gemm_bench_rows(data)
+        if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith("gemm-bench/"):
             continue
-        if isinstance(data, dict) and isinstance(data.get("results"), list):
-            common = {k: v for k, v in data.items() if _is_scalar(v)}
-            records = [{**common, **r} for r in data["results"] if isinstance(r, dict)]
-        elif isinstance(data, list):
-            records = [r for r in data if isinstance(r, dict)]
-        elif isinstance(data, dict):
-            records = [data]
-        else:
-            records = []
-        for record in records:
-            flat = {k: v for k, v in record.items() if _is_scalar(v)}
-            if flat:
-                rows.append({"run": run, **flat})
+        if doc.get("variant") != path.stem:  # not the variant's committed file: a run's own copy or notes
+            continue
+        rows += _gemm_bench_rows(doc, platform=path.parent.name)
     return rows
 
 
-def _gemm_bench_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """benchmarks/ results (schema gemm-bench/1): our impl's records, with the ratio_vs_<peer> columns
-    (peer time / our time: above 1 we are faster)."""
-    records = [r for r in doc.get("records") or [] if isinstance(r, dict)]
-    ours = [r for r in records if r.get("impl") == OURS] or records
+def _gemm_bench_rows(doc: dict[str, Any], platform: str) -> list[dict[str, Any]]:
+    """This kernel's records, with the ratio_vs_<peer> columns (peer time / our time: above 1 we are faster)."""
     rows = []
-    for r in ours:
+    for r in doc.get("records") or []:
+        if not isinstance(r, dict) or r.get("impl") != OURS:
+            continue
         row = {
-            "platform": doc.get("platform"),
+            "platform": platform,
+            "variant": doc.get("variant"),
+            "shape": f"{r.get('m')}x{r.get('n')}x{r.get('k')}",
             "layout": r.get("layout"),
-            "impl": r.get("impl"),
-            "m": r.get("m"),
-            "n": r.get("n"),
-            "k": r.get("k"),
             "us": r.get("us"),
             "tflops": r.get("tflops"),
-            "pct_sol": r.get("pct_sol"),
         }
-        row.update({k: v for k, v in sorted(r.items()) if k.startswith("ratio_vs_") and _is_scalar(v)})
+        # Against the peers only: gemm_* records are this kernel's own other entry points (e.g. `linear`).
+        row.update(
+            {
+                k: v
+                for k, v in sorted(r.items())
+                if k.startswith("ratio_vs_") and not k.startswith(f"ratio_vs_{OURS}") and _is_scalar(v)
+            }
+        )
         rows.append(row)
     return rows
 
@@ -122,24 +87,22 @@ def _is_scalar(v: Any) -> bool:
 def _bench_section(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "No benchmark results were published with this release."
-    note = ""
-    if any(k.startswith("ratio_vs_") for row in rows for k in row):
-        note = "\n\n`speedup vs X` is X's time divided by ours on the same shape and layout (above 1: we are faster)."
-    keys: list[str] = []
-    for row in rows:
-        for k in row:
-            if k not in keys:
-                keys.append(k)
-    ordered = [k for k in _BENCH_PREFERRED if k in keys] + [k for k in keys if k not in _BENCH_PREFERRED]
-    columns = ordered[:MAX_BENCH_COLUMNS]
-    shown = rows[:MAX_BENCH_ROWS]
-    text = _table([_label(c) for c in columns], [[row.get(c) for c in columns] for row in shown])
-    if len(rows) > len(shown):
-        text += f"\n\n({len(rows) - len(shown)} more rows in `benchmarks/results/`.)"
-    return text + note
+    parts = []
+    for platform in sorted({r["platform"] for r in rows}):
+        mine = [r for r in rows if r["platform"] == platform]
+        ratios = sorted({k for r in mine for k in r if k.startswith("ratio_vs_")})
+        columns = ["shape", "layout", "us", "tflops", *ratios]
+        variants = ", ".join(f"`{v}`" for v in sorted({str(r["variant"]) for r in mine}))
+        text = f"### {platform} ({variants})\n\n"
+        text += _table([_label(c) for c in columns], [[r.get(c) for c in columns] for r in mine[:MAX_BENCH_ROWS]])
+        if len(mine) > MAX_BENCH_ROWS:
+            text += f"\n\n({len(mine) - MAX_BENCH_ROWS} more rows in `benchmarks/results/{platform}/`.)"
+        parts.append(text)
+    note = "`speedup vs X` is X's time divided by ours on the same shape and layout (above 1: we are faster)."
+    return "\n\n".join(parts) + "\n\n" + note
 
 
-_LABELS = {"us": "time (us)", "tflops": "TFLOP/s", "pct_sol": "% of peak", "m": "M", "n": "N", "k": "K"}
+_LABELS = {"us": "time (us)", "tflops": "TFLOP/s", "shape": "M x N x K"}
 
 
 def _label(key: str) -> str:

@@ -83,8 +83,9 @@ def test_first_publish(hub, project, run_publish):
     card = hub.files(REPO, "main")["README.md"].decode()
     assert f'get_kernel("{REPO}", version=1)' in card and "gemm_natural(" in card
     assert f"`{CPU}`" in card and f"`{ROCM}`" in card and "gfx942" in card
-    assert "| platform | layout | impl | M | N | K | time (us) | TFLOP/s | % of peak | speedup vs torch |" in card
-    assert "| MI300X | seed | gemm | 1024 | 1536 | 7168 | 26.4 | 812.5 | 31.2 | 3.75 |" in card
+    assert f"### mi300x (`{ROCM}`)" in card
+    assert "| M x N x K | layout | time (us) | TFLOP/s | speedup vs torch |" in card
+    assert "| 1024x1536x7168 | seed | 26.4 | 812.5 | 3.75 |" in card
     assert "216.7" not in card  # peers appear as ratios, not rows
     assert "README.md" not in hub.files(REPO, "v1") or hub.files(REPO, "v1")["README.md"] != card.encode()
 
@@ -402,17 +403,34 @@ def test_bad_arguments_name_the_argument(project, run_publish, tmp_path):
     assert rc == 1
 
 
-def test_benchmark_reader_is_tolerant(tmp_path):
+def test_the_card_shows_each_platforms_committed_results_only(tmp_path):
+    """Per platform folder, the committed file of each variant (<variant>.json, gemm-bench/1); a run's own
+    copies, probes and logs there, and unreadable files, are not the published numbers."""
     from scripts.kernel_card import load_benchmarks, render_card
 
     assert load_benchmarks(tmp_path / "absent") == []
-    (tmp_path / "r" / "box").mkdir(parents=True)
-    (tmp_path / "r" / "box" / "broken.json").write_text("{not json")
-    (tmp_path / "r" / "box" / "other.json").write_text(json.dumps([{"shape": "64x64x128", "ms": 0.5}]))
+
+    def doc(variant: str, us: float) -> str:
+        records = [
+            {"m": 64, "n": 64, "k": 128, "layout": "natural", "impl": "gemm", "us": us, "tflops": 1.0,
+             "ratio_vs_torch_ref": 2.0, "ratio_vs_gemm_linear": 0.5},
+            {"m": 64, "n": 64, "k": 128, "layout": "natural", "impl": "torch_ref", "us": 2 * us, "tflops": 0.5},
+        ]  # fmt: skip
+        return json.dumps({"schema": "gemm-bench/1", "platform": "x", "variant": variant, "records": records})
+
+    for platform, us in (("h200", 11.0), ("cpu", 99.0)):
+        (tmp_path / "r" / platform).mkdir(parents=True)
+        (tmp_path / "r" / platform / f"{CPU}.json").write_text(doc(CPU, us))
+    (tmp_path / "r" / "h200" / "run140-bench.json").write_text(doc(CPU, 5.0))  # a run's copy
+    (tmp_path / "r" / "h200" / "run133-probe1.json").write_text(json.dumps([{"shape": "64x64x128", "ms": 0.5}]))
+    (tmp_path / "r" / "h200" / "broken.json").write_text("{not json")
     rows = load_benchmarks(tmp_path / "r")
-    assert rows == [{"run": "box", "shape": "64x64x128", "ms": 0.5}]
+    assert [(r["platform"], r["us"]) for r in rows] == [("cpu", 99.0), ("h200", 11.0)]
     card = render_card(REPO, 1, {}, rows)
-    assert "| run | ms | shape |\n|---|---|---|\n| box | 0.5 | 64x64x128 |" in card
+    assert f"### h200 (`{CPU}`)" in card and f"### cpu (`{CPU}`)" in card
+    assert "| M x N x K | layout | time (us) | TFLOP/s | speedup vs torch_ref |" in card
+    assert "| 64x64x128 | natural | 11 | 1 | 2 |" in card
+    assert "gemm_linear" not in card  # our own other entry point is not a peer
     assert "No variants are published yet." in card
 
 
