@@ -68,12 +68,23 @@ def _build_ours_linear(ctx: Context, inp: Inputs, layout: str):
     w, sw = inp.w, inp.w_scale
 
     def ref() -> tuple[torch.Tensor, torch.Tensor]:
-        x32 = dequantize_x(*k.quantize_activations(hidden, w.dtype))
+        # Quantized here with the plain formula, not with k.quantize_activations (which k.linear calls, so a
+        # quantizer bug would cancel out); the kernel's quantizer gives these bits (tests/kernel/test_quantize).
+        x32 = dequantize_x(*_quantize_rows_plain(hidden, w.dtype))
         w32 = dequantize_w(w, sw)
         with fp32_matmul():
             return x32 @ w32.t(), x32.abs() @ w32.abs().t()
 
     return (lambda: k.linear(hidden, w, sw)), ref
+
+
+def _quantize_rows_plain(x: torch.Tensor, fp8: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """One scale per row and 128-block: amax / the format's max (at least the smallest normal fp32), then
+    x / scale in fp32 and one round-to-nearest cast."""
+    m, k = x.shape
+    blocks = x.float().reshape(m, k // 128, 128)
+    scale = (blocks.abs().amax(dim=2) / torch.finfo(fp8).max).clamp(min=torch.finfo(torch.float32).tiny)
+    return (blocks / scale[..., None]).reshape(m, k).to(fp8), scale
 
 
 # ---------------------------------------------------------------------------------- naive reference
@@ -257,7 +268,7 @@ IMPLS: tuple[Impl, ...] = (
     Impl(OURS, "gemm (this kernel)", ("seed", "natural"), _build_ours, _ours_available, peer=False),
     Impl(
         "gemm_linear",
-        "gemm.linear (bf16 x quantized in torch, then gemm)",
+        "gemm.linear (bf16 x quantized by gemm.quantize_activations, then gemm)",
         ("natural",),
         _build_ours_linear,
         _ours_available,

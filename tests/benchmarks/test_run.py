@@ -118,6 +118,38 @@ def test_a_wrong_kernel_is_refused_not_timed(tmp_path):
     assert all(r["reason"].startswith("wrong result:") for r in refused)
 
 
+def _kernel_with_a_wrong_quantizer(kernel) -> types.ModuleType:
+    """The real op, but quantize_activations returns scales 1.5 times too large, and linear uses it: a
+    quantizer bug that a reference built on quantize_activations itself would not see."""
+    mod = types.ModuleType("wrong_quantizer_gemm")
+    for name in ("SUPPORTED_DTYPES", "gemm", "gemm_natural"):
+        setattr(mod, name, getattr(kernel, name))
+
+    def quantize_activations(x, dtype=None, *, power_of_two=False):
+        q, scale = kernel.quantize_activations(x, dtype, power_of_two=power_of_two)
+        return q, scale * 1.5
+
+    def linear(x, w, w_scale, bias=None, *, power_of_two=False):
+        q, scale = quantize_activations(x, w.dtype)
+        return kernel.gemm_natural(q, w, scale, w_scale)
+
+    mod.quantize_activations, mod.linear = quantize_activations, linear
+    return mod
+
+
+def test_a_wrong_linear_is_refused_and_fails_the_run(kernel, tmp_path):
+    """gemm_linear is this kernel too: a wrong result there is the run's failure (exit 1), and its check
+    quantizes independently, so a quantizer bug does not cancel out."""
+    if kernel.BACKEND != "cpu":
+        pytest.skip("these runner tests time the CPU variant; the GPU run is the device's")
+    code = run.main([*TINY, "--out", str(tmp_path), "--no-plot"], kernel=_kernel_with_a_wrong_quantizer(kernel))
+    assert code == 1
+    doc = report.read(tmp_path / "results.json")
+    refused = [r for r in doc["refused"] if r["impl"] == "gemm_linear"]
+    assert refused and refused[0]["reason"].startswith("wrong result:")
+    assert {r["impl"] for r in doc["records"]} >= {"gemm"}  # the op itself is right, and timed
+
+
 def test_a_wrong_peer_is_refused_not_timed(kernel, tmp_path, monkeypatch):
     def build_wrong(ctx, inp, layout):
         return (lambda: torch.zeros(inp.shape.m, inp.shape.n, dtype=torch.bfloat16)), None
