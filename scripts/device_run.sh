@@ -264,24 +264,28 @@ PY
     echo "ncu exit=$?"; grep -E "bit-identical|^  [a-z_]+.*gemm|Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput" "$OUT/ncu.txt" | head -n 30
     exit $rc
   fi
+  # The results folder of this card (benchmarks/results/h100 or h200): the harness's own platform slug for an
+  # H100 is longer (h100-80gb-hbm3), and the lent kind may be either card.
+  card=h200
+  grep -q H100 "$OUT/gpu.txt" && card=h100
   if [ -z "${SKIP_PRECISION:-}" ]; then
-    timeout 150 python3 -m benchmarks.precision --build-dir build --out "$OUT/h200" \
+    timeout 150 python3 -m benchmarks.precision --build-dir build --out "$OUT/$card" \
       --shapes "${PRECISION_SHAPES:-64x64x128,128x512x7168,96x4608x7168,1024x4096x512,1024x1536x7168,1024x7168x2304,6144x512x7168}" \
       > "$OUT/precision.log" 2>&1 || rc=1
     tail -n 45 "$OUT/precision.log"
   fi
   # shellcheck disable=SC2086  # BENCH_ARGS: extra options, word-split on purpose (e.g. "--rounds 5")
-  timeout 360 python3 -m benchmarks.run --shapes challenge,8192x8192x8192 --out "$OUT/h200" ${BENCH_ARGS:-} 2>&1 \
+  timeout 360 python3 -m benchmarks.run --shapes challenge,8192x8192x8192 --out "$OUT/$card" ${BENCH_ARGS:-} 2>&1 \
     | tee "$OUT/bench.log" | tail -n 50 || rc=1
   # Against the committed results of the same variant: what moved beyond the drift torch's own times show.
-  for f in "$OUT"/h200/torch*.json; do
-    variant=$(basename "$f" .json); committed=benchmarks/results/h200/$variant.json
+  for f in "$OUT/$card"/torch*.json; do
+    variant=$(basename "$f" .json); committed=benchmarks/results/$card/$variant.json
     [ -f "$committed" ] || continue
     python3 -m benchmarks.compare "$committed" "$f" --json "$OUT/compare-$variant.json" > "$OUT/compare-$variant.log" 2>&1
     grep -E "drift|slower|faster|geomean|error" "$OUT/compare-$variant.log"
   done
   # SM clock and board power under sustained load (is a shape bound by the power cap?): benchmarks.clocks.
-  [ -n "${SKIP_CLOCKS:-}" ] || timeout 300 python3 -m benchmarks.clocks --build-dir build --out "$OUT/h200/clocks.json" \
+  [ -n "${SKIP_CLOCKS:-}" ] || timeout 300 python3 -m benchmarks.clocks --build-dir build --out "$OUT/$card/clocks.json" \
     --shapes "${CLOCK_SHAPES:-1024x1536x7168,1024x7168x2048,1024x4608x7168,6144x7168x2304,6144x4608x7168,8192x8192x8192}" \
     > "$OUT/clocks.log" 2>&1 || rc=1
   [ -f "$OUT/clocks.log" ] && cat "$OUT/clocks.log"
@@ -289,8 +293,9 @@ PY
 fi
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv >> "$OUT/gpu.txt" 2>&1
 # The device tool brings back at most 8 files (run 100 lost its results JSON and plot so): past that, the
-# logs go into one logs.tar, the benchmark's results (h200/) stay as they are.
+# logs go into one logs.tar, the benchmark's results (h200/ or h100/) stay as they are.
 if [ "$(find "$OUT" -type f | wc -l)" -gt 8 ]; then
-  (cd "$OUT" && find . -type f ! -path './h200/*' ! -name logs.tar -print0 | tar --null -cf logs.tar -T - --remove-files)
+  (cd "$OUT" && find . -type f ! -path './h200/*' ! -path './h100/*' ! -name logs.tar -print0 \
+    | tar --null -cf logs.tar -T - --remove-files)
 fi
 exit $rc
