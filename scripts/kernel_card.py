@@ -42,6 +42,8 @@ def load_benchmarks(results_dir: Path) -> list[dict[str, Any]]:
     if not results_dir.is_dir():
         return rows
     for path in sorted(results_dir.glob("*/*.json")):
+        if path.parent.name == "tmp":  # the harness's scratch output (git-ignored), not results
+            continue
         try:
             doc = json.loads(path.read_text())
         except (OSError, ValueError):

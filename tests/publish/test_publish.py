@@ -424,6 +424,8 @@ def test_the_card_shows_each_platforms_committed_results_only(tmp_path):
     (tmp_path / "r" / "h200" / "run140-bench.json").write_text(doc(CPU, 5.0))  # a run's copy
     (tmp_path / "r" / "h200" / "run133-probe1.json").write_text(json.dumps([{"shape": "64x64x128", "ms": 0.5}]))
     (tmp_path / "r" / "h200" / "broken.json").write_text("{not json")
+    (tmp_path / "r" / "tmp").mkdir()  # the harness's default, git-ignored output
+    (tmp_path / "r" / "tmp" / f"{CPU}.json").write_text(doc(CPU, 7.0))
     rows = load_benchmarks(tmp_path / "r")
     assert [(r["platform"], r["us"]) for r in rows] == [("cpu", 99.0), ("h200", 11.0)]
     card = render_card(REPO, 1, {}, rows)
