@@ -306,11 +306,10 @@ def check_variant(
                 with step(label):
                     checks[name] = run()
             except Exception as err:  # any failure of this check is its verdict, not "not run"
-                what = str(err).splitlines()[0][:500] if str(err) else ""
-                checks[name] = {
-                    "ok": False,
-                    "error": what if isinstance(err, CheckError) else f"{type(err).__name__}: {what}",
-                }
+                what = (str(err).splitlines() or [""])[0][:500]
+                if not isinstance(err, CheckError):
+                    what = f"{type(err).__name__}: {what}"
+                checks[name] = {"ok": False, "error": what}
                 raise
     finally:
         meta["checks"] = {**meta.get("checks", {}), **checks}

@@ -58,6 +58,9 @@ def load_benchmarks(results_dir: Path) -> list[dict[str, Any]]:
 
 def _gemm_bench_rows(doc: dict[str, Any], platform: str) -> list[dict[str, Any]]:
     """This kernel's records, with the ratio_vs_<peer> columns (peer time / our time: above 1 we are faster)."""
+    # The harness lists its implementations and marks which are peers; ours (e.g. `linear`) are not compared.
+    impls = doc.get("impls") if isinstance(doc.get("impls"), dict) else {}
+    peers = {name for name, info in impls.items() if not isinstance(info, dict) or info.get("peer", True)}
     rows = []
     for r in doc.get("records") or []:
         if not isinstance(r, dict) or r.get("impl") != OURS:
@@ -70,12 +73,11 @@ def _gemm_bench_rows(doc: dict[str, Any], platform: str) -> list[dict[str, Any]]
             "us": r.get("us"),
             "tflops": r.get("tflops"),
         }
-        # Against the peers only: gemm_* records are this kernel's own other entry points (e.g. `linear`).
         row.update(
             {
                 k: v
                 for k, v in sorted(r.items())
-                if k.startswith("ratio_vs_") and not k.startswith(f"ratio_vs_{OURS}") and _is_scalar(v)
+                if k.startswith("ratio_vs_") and k[len("ratio_vs_") :] in peers and _is_scalar(v)
             }
         )
         rows.append(row)

@@ -110,9 +110,13 @@ def test_metadata_valid_and_digest_matches(variant_dir):
     assert raw["build"]["torch"] and raw["provenance"]["kernel-builder"]["version"]
 
 
+def _copy_to(variant_dir: Path, build: Path) -> Path:
+    shutil.copytree(variant_dir, build / variant_dir.name, ignore=shutil.ignore_patterns("__pycache__"))
+    return build / variant_dir.name
+
+
 def test_tampered_variant_fails_digest(variant_dir, tmp_path):
-    copy = tmp_path / variant_dir.name
-    shutil.copytree(variant_dir, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    copy = _copy_to(variant_dir, tmp_path)
     so = next(copy.glob("*.so"))
     so.write_bytes(so.read_bytes()[: so.stat().st_size // 2])  # a truncated upload
     with pytest.raises(CheckError, match="does not match its digest"):
@@ -125,11 +129,6 @@ def test_loader_rejects_misnamed_variant(variant_dir, tmp_path):
     shutil.copytree(variant_dir, wrong, ignore=shutil.ignore_patterns("__pycache__"))
     with pytest.raises(CheckError, match="the kernels loader would load"):
         check.loader_verdict(wrong, tmp_path, "cpu")
-
-
-def _copy_to(variant_dir: Path, build: Path) -> Path:
-    shutil.copytree(variant_dir, build / variant_dir.name, ignore=shutil.ignore_patterns("__pycache__"))
-    return build / variant_dir.name
 
 
 def test_a_failed_check_is_recorded_and_no_earlier_pass_survives(variant_dir, tmp_path):

@@ -416,7 +416,10 @@ def test_the_card_shows_each_platforms_committed_results_only(tmp_path):
              "ratio_vs_torch_ref": 2.0, "ratio_vs_gemm_linear": 0.5},
             {"m": 64, "n": 64, "k": 128, "layout": "natural", "impl": "torch_ref", "us": 2 * us, "tflops": 0.5},
         ]  # fmt: skip
-        return json.dumps({"schema": "gemm-bench/1", "platform": "x", "variant": variant, "records": records})
+        impls = {"gemm": {"peer": False}, "gemm_linear": {"peer": False}, "torch_ref": {"peer": True}}
+        return json.dumps(
+            {"schema": "gemm-bench/1", "platform": "x", "variant": variant, "impls": impls, "records": records}
+        )
 
     for platform, us in (("h200", 11.0), ("cpu", 99.0)):
         (tmp_path / "r" / platform).mkdir(parents=True)

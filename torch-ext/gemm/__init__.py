@@ -260,8 +260,7 @@ def _output(
 
 def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether two contiguous tensors' bytes intersect (an empty tensor spans none)."""
-    a0, b0 = a.data_ptr(), b.data_ptr()
-    return a0 < b0 + b.numel() * b.element_size() and b0 < a0 + a.numel() * a.element_size()
+    return a.data_ptr() < b.data_ptr() + b.nbytes and b.data_ptr() < a.data_ptr() + a.nbytes
 
 
 # The fakes also serve a direct torch.ops call that mixes real tensors with meta ones (the dispatcher routes
