@@ -103,11 +103,21 @@ def detect(torch_mod) -> tuple[str, str, str | None]:
     if not torch_mod.cuda.is_available():
         return "cpu", "cpu", None
     name = torch_mod.cuda.get_device_name(0)
-    if getattr(torch_mod.version, "hip", None):
-        plat = "mi300x" if "MI300X" in name.upper() else _slug(name)
-        return "rocm", plat, name
-    plat = "h200" if "H200" in name.upper() else _slug(name)
-    return "cuda", plat, name
+    backend = "rocm" if getattr(torch_mod.version, "hip", None) else "cuda"
+    return backend, platform_folder(name), name
+
+
+# The cards this project benchmarks, by the folder their results live in (benchmarks/results/<folder>/): one
+# folder per chip, whatever memory size or form factor the driver's name adds ("NVIDIA H100 80GB HBM3").
+KNOWN_CARDS = {"MI300X": "mi300x", "H200": "h200", "H100": "h100"}
+
+
+def platform_folder(gpu_name: str) -> str:
+    upper = gpu_name.upper()
+    for card, folder in KNOWN_CARDS.items():
+        if re.search(rf"\b{card}\b", upper):
+            return folder
+    return _slug(gpu_name)
 
 
 def _slug(name: str) -> str:

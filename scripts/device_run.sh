@@ -264,10 +264,10 @@ PY
     echo "ncu exit=$?"; grep -E "bit-identical|^  [a-z_]+.*gemm|Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput" "$OUT/ncu.txt" | head -n 30
     exit $rc
   fi
-  # The results folder of this card (benchmarks/results/h100 or h200): the harness's own platform slug for an
-  # H100 is longer (h100-80gb-hbm3), and the lent kind may be either card.
-  card=h200
-  grep -q H100 "$OUT/gpu.txt" && card=h100
+  # The results folder of this card (benchmarks/results/h100 or h200; the lent kind may be either): the
+  # harness's own name for it, so that the committed file this run is compared with is the same card's.
+  card=$(python3 -c 'import torch; from benchmarks.run import detect; print(detect(torch)[1])')
+  card=${card:-gpu}
   if [ -z "${SKIP_PRECISION:-}" ]; then
     timeout 150 python3 -m benchmarks.precision --build-dir build --out "$OUT/$card" \
       --shapes "${PRECISION_SHAPES:-64x64x128,128x512x7168,96x4608x7168,1024x4096x512,1024x1536x7168,1024x7168x2304,6144x512x7168}" \
@@ -295,7 +295,7 @@ nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu,clocks_throttle
 # The device tool brings back at most 8 files (run 100 lost its results JSON and plot so): past that, the
 # logs go into one logs.tar, the benchmark's results (h200/ or h100/) stay as they are.
 if [ "$(find "$OUT" -type f | wc -l)" -gt 8 ]; then
-  (cd "$OUT" && find . -type f ! -path './h200/*' ! -path './h100/*' ! -name logs.tar -print0 \
+  (cd "$OUT" && find . -type f ! -path "./${card:-h200}/*" ! -name logs.tar -print0 \
     | tar --null -cf logs.tar -T - --remove-files)
 fi
 exit $rc

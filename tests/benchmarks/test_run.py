@@ -292,3 +292,26 @@ def test_clocks_needs_an_nvidia_gpu(kernel, tmp_path, capsys):
         pytest.skip("on a GPU machine --clocks may run")
     assert run.main([*TINY, "--out", str(tmp_path), "--clocks"], kernel=kernel) == 2
     assert "--clocks needs an NVIDIA GPU" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("gpu_name", "folder"),
+    [
+        ("NVIDIA H100 80GB HBM3", "h100"),
+        ("NVIDIA H200", "h200"),
+        ("AMD Instinct MI300X", "mi300x"),
+        ("NVIDIA GH200 480GB", "gh200-480gb"),
+        ("NVIDIA A100-SXM4-80GB", "a100-sxm4-80gb"),
+    ],
+)
+def test_platform_folder_is_one_per_chip(gpu_name, folder):
+    assert run.platform_folder(gpu_name) == folder
+
+
+def test_committed_results_sit_in_their_platforms_folder():
+    """benchmarks.compare refuses results of another platform, so a committed file whose platform is not its
+    folder's name would never be compared with the runs of that card (the H100's file once read h100-80gb-hbm3)."""
+    committed = sorted((run.REPO / "benchmarks" / "results").glob("*/torch*.json"))
+    assert committed, "no committed per-variant results"
+    for path in committed:
+        assert report.read(path)["platform"] == path.parent.name, path
