@@ -10,8 +10,10 @@ over; L2 stays warm where the operands fit): first for SETTLE_S, then for --seco
 a 1 s average) and the active clock-event (throttle) reasons every 50 ms; only the timed window's samples
 count. The table gives time per call, TFLOP/s, the median SM clock and power, and TFLOP/s per GHz of SM
 clock, which separates the kernel's work per clock from the clock itself: at the power cap, the kernel
-that does more per clock at the same power is the faster one. NVIDIA only; elsewhere it exits 2 with the
-reason (rocm-smi has other fields).
+that does more per clock at the same power is the faster one. The output of the last timed call is checked
+against its fp32 reference as benchmarks.run checks it: a wrong result gets no row, and a wrong result of
+this kernel (not of a peer) makes the exit status 1. NVIDIA only; elsewhere it exits 2 with the reason
+(rocm-smi has other fields).
 """
 
 from __future__ import annotations
@@ -174,29 +176,32 @@ BATCH = 20  # calls per graph replay (or per eager batch)
 
 
 def batched(call, torch_mod):
-    """(a function running BATCH calls, how they are launched). A CUDA graph of BATCH calls, so that the
-    host's launch cost (tens of us for a Python-level peer such as torch's blockwise path) never leaves the
-    GPU idle between short calls; where capture fails, the calls one by one ("eager": a call shorter than
-    its launch is then host-bound, and the table shows it by its low power)."""
+    """(a function running BATCH calls, how they are launched, a function returning the output of the last
+    call run). A CUDA graph of BATCH calls, so that the host's launch cost (tens of us for a Python-level peer
+    such as torch's blockwise path) never leaves the GPU idle between short calls; where capture fails, the
+    calls one by one ("eager": a call shorter than its launch is then host-bound, and the table shows it by
+    its low power). The last output is what the timed calls computed, checked after the timed window: a
+    replayed graph that computes something else must not pass for a fast one."""
     for _ in range(3):  # warm-up outside the capture (cuBLAS picks its kernel, allocators settle)
         call()
     torch_mod.cuda.synchronize()
+    last: list = [None]
     try:
         graph = torch_mod.cuda.CUDAGraph()
         with torch_mod.cuda.graph(graph):
             for _ in range(BATCH):
-                call()
+                last[0] = call()  # the graph's own output buffer: every replay writes it again
         graph.replay()
         torch_mod.cuda.synchronize()
-        return graph.replay, "graph"
+        return graph.replay, "graph", lambda: last[0]
     except Exception:  # noqa: BLE001 (any capture failure: fall back to plain launches)
         torch_mod.cuda.synchronize()
 
         def eager() -> None:
             for _ in range(BATCH):
-                call()
+                last[0] = call()
 
-        return eager, "eager"
+        return eager, "eager", lambda: last[0]
 
 
 def sustained(run_batch, torch_mod, settle_s: float, seconds: float) -> tuple[float, int, float, float]:
@@ -253,7 +258,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from .impls import BY_NAME, Context
-    from .problem import make_inputs, parse_shapes
+    from .problem import check, magnitude, make_inputs, parse_shapes, reference
     from .run import load_kernel
 
     if not torch.cuda.is_available() or torch.version.cuda is None:
@@ -274,7 +279,11 @@ def run(args: argparse.Namespace) -> int:
     values = _smi_query(gpu, LIMIT_FIELDS).stdout.strip().split(", ")
     limits = dict(zip(("pci_bus_id", "max_sm_mhz", "power_limit_w"), values, strict=False))  # as far as printed
     ctx = Context(device, "cuda", torch.float8_e4m3fn, kernel)
+    # Each output is held to the loaded kernel's own accuracy rule, as benchmarks.run holds it (the peers too,
+    # with the same allowance); without the kernel, the plain rule.
+    allowance = getattr(kernel, "ACCUMULATION_ALLOWANCE", 0.0)
     rows: list[dict] = []
+    wrong: list[dict] = []
     doc = {
         "gpu": props.name,
         "nvidia_smi": {"id": gpu, "fields": fields, **limits},
@@ -282,22 +291,33 @@ def run(args: argparse.Namespace) -> int:
         "settle_s": settle_s,
         "seconds": args.seconds,
         "rows": rows,
+        "wrong": wrong,
     }
     print(f"{props.name} (nvidia-smi --id={gpu}): " + ", ".join(f"{k} {v}" for k, v in limits.items()))
     head = ("shape", "impl", "us", "TFLOP/s", "SM MHz", "W", "TF/GHz")
     print(" ".join(f"{h:>{w}}" for h, w in zip(head, (16, 16, 9, 8, 7, 6, 7), strict=True)), " clock-event reasons")
     for shape in shapes:
         inp = make_inputs(shape, device, ctx.fp8_dtype, torch.Generator().manual_seed(0))
+        op_ref = reference(inp)
+        op_terms = magnitude(inp) if allowance else None
         for name in args.impls.split(","):
             impl = BY_NAME[name]
             why = impl.available(ctx)
             if why is not None or "natural" not in impl.layouts:
                 print(f"{shape.id:>16} {name:>16}  skipped: {why or 'no natural layout'}")
                 continue
-            call, _ = impl.build(ctx, inp, "natural")
-            run_batch, launch = batched(call, torch)
+            call, own_ref = impl.build(ctx, inp, "natural")
+            ref, terms = own_ref() if own_ref is not None else (op_ref, op_terms)
+            run_batch, launch, last_output = batched(call, torch)
             with sampler:
                 us, calls, t0, t1 = sustained(run_batch, torch, settle_s, args.seconds)
+            verdict = check(last_output(), ref, terms, allowance)
+            del ref, terms
+            if not verdict.ok:  # a wrong result's time and power mean nothing: no row
+                wrong.append({"shape": shape.id, "impl": name, "peer": impl.peer, "reason": verdict.message})
+                print(f"{shape.id:>16} {name:>16}  wrong result: {verdict.message}", flush=True)
+                _write(args.out, doc)
+                continue
             stats = summarize(parse_samples(sampler.window(t0, t1)))
             if not stats["samples"]:
                 print(f"  no nvidia-smi samples: {sampler.errors.strip()[:300] or 'none printed'}", file=sys.stderr)
@@ -320,10 +340,17 @@ def run(args: argparse.Namespace) -> int:
             ratio = f"{per_ghz:7.1f}" if per_ghz else "      -"
             line = f"{shape.id:>16} {name:>16} {us:9.1f} {tflops:8.0f} {mhz} {watts} {ratio}"
             print(line, "", ",".join(stats["reasons"]) + ("" if launch == "graph" else " (eager launches)"), flush=True)
-            if args.out:  # after every row: a run stopped by a timeout keeps what it measured
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                args.out.write_text(json.dumps(doc, indent=1) + "\n")
-    return 0
+            _write(args.out, doc)  # after every row: a run stopped by a timeout keeps what it measured
+        del inp, op_ref, op_terms
+    if wrong:
+        print(f"benchmarks.clocks: {len(wrong)} wrong result(s), left out of the table", file=sys.stderr)
+    return 1 if any(not w["peer"] for w in wrong) else 0
+
+
+def _write(out: Path | None, doc: dict) -> None:
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(doc, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import time
 
@@ -113,3 +115,61 @@ def test_sustained_times_only_the_window_after_settling():
     assert 0 < calls < sum(launched), "the settling run's calls are not counted"
     assert calls % clocks.BATCH == 0
     assert t_before + 0.05 <= t0 < t1 and t1 - t0 >= 0.1
+
+
+def test_batched_without_a_graph_keeps_the_last_calls_output():
+    """Where capture fails (here: no CUDA at all), the calls run one by one and the checked output is the
+    last one's, not the warm-up's."""
+    outputs = iter(range(100))
+
+    class NoGraphs:
+        class cuda:  # noqa: N801 (mirrors torch.cuda)
+            synchronize = staticmethod(lambda: None)
+
+            class CUDAGraph:
+                def __init__(self) -> None:
+                    raise RuntimeError("no capture here")
+
+    run_batch, launch, last_output = clocks.batched(lambda: next(outputs), NoGraphs)
+    assert launch == "eager"
+    run_batch()
+    assert last_output() == 2 + clocks.BATCH  # three warm-up calls, then a batch
+    run_batch()
+    assert last_output() == 2 + 2 * clocks.BATCH
+
+
+@pytest.mark.skipif(
+    not (torch.cuda.is_available() and torch.version.cuda is not None), reason="times on an NVIDIA GPU only"
+)
+def test_a_wrong_result_gets_no_row_and_fails_the_run(variant_dir, monkeypatch, tmp_path):
+    """The real run on one small shape: our kernel's honest row; then the same run with `gemm` made to
+    return zeros after its first call (so that only the timed calls are wrong): no row for it, the reason
+    recorded, exit status 1, and the peer's row still there."""
+    from benchmarks import impls
+
+    argv = ["--shapes", "256x512x1024", "--impls", "gemm,torch_blockwise", "--seconds", "0.5"]
+    argv += ["--build-dir", str(variant_dir.parent)]
+    honest = tmp_path / "honest.json"
+    assert clocks.main([*argv, "--out", str(honest)]) == 0
+    doc = json.loads(honest.read_text())
+    assert [r["impl"] for r in doc["rows"]][:1] == ["gemm"] and doc["wrong"] == []
+
+    real = impls.BY_NAME["gemm"]
+
+    def build_wrong(ctx, inp, layout):
+        call, own_ref = real.build(ctx, inp, layout)
+        calls = iter(range(1 << 30))
+
+        def wrong_after_first():
+            out = call()
+            return out if next(calls) == 0 else out.zero_()
+
+        return wrong_after_first, own_ref
+
+    monkeypatch.setitem(impls.BY_NAME, "gemm", dataclasses.replace(real, build=build_wrong))
+    sabotaged = tmp_path / "sabotaged.json"
+    assert clocks.main([*argv, "--out", str(sabotaged)]) == 1
+    doc = json.loads(sabotaged.read_text())
+    assert [w["impl"] for w in doc["wrong"]] == ["gemm"]
+    assert "gemm" not in {r["impl"] for r in doc["rows"]}
+    assert {r["impl"] for r in doc["rows"]} <= {"torch_blockwise"}
