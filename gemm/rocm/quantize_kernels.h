@@ -107,14 +107,18 @@ __global__ __launch_bounds__(kQuantThreads) void quantize_rows_kernel(QuantizeAr
   if (lane == 0) args.scale[block] = s;
 }
 
+// The most work-items a launch may have along x: HIP refuses a grid whose groups times threads exceeds
+// 2^32 - 1 (hipErrorInvalidConfiguration), so 2^24 - 1 groups of 256 threads, 2^28 - 16 blocks.
+constexpr int64_t kQuantMaxGroups = 0xffffffffLL / kQuantThreads;
+
 // Launches the kernel through `launch(kernel, grid, block, args)` (hipLaunchKernelGGL on the GPU,
 // emu::launch in the emulator); nothing when there are no blocks. Returns false when the grid would be
-// too large (more than 2^31 - 1 workgroups: 2^35 blocks).
+// too large (more than kQuantMaxGroups workgroups).
 template <class Launch>
 bool launch_quantize_rows(const QuantizeArgs& args, Launch&& launch) {
   if (args.blocks <= 0) return true;
   const int64_t groups = (args.blocks + kQuantBlocksPerGroup - 1) / kQuantBlocksPerGroup;
-  if (groups > 0x7fffffff) return false;
+  if (groups > kQuantMaxGroups) return false;
   launch(quantize_rows_kernel, dim3(static_cast<uint32_t>(groups)), dim3(kQuantThreads), args);
   return true;
 }
