@@ -11,6 +11,9 @@
 namespace {
 
 constexpr int64_t kBlock = 128;
+// The largest M, N or K: the GPU kernels index in 32 bits, and N rounded up to whole scale blocks must still
+// fit. One limit for every backend, so that a call valid on one build is valid on all.
+constexpr int64_t kMaxDim = (int64_t{1} << 31) - kBlock;
 
 void check_fp8(torch::Tensor const &t, char const *name) {
   TORCH_CHECK(t.scalar_type() == at::kFloat8_e4m3fn || t.scalar_type() == at::kFloat8_e4m3fnuz,
@@ -42,11 +45,15 @@ void check_arguments(torch::Tensor const &out, torch::Tensor const &a, torch::Te
   check_fp8(a, a_name);
   check_fp8(b, b_name);
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), a_name, " and ", b_name, " must share one dtype");
-  TORCH_CHECK(a.dim() == 2 && b.dim() == 2, a_name, " and ", b_name, " must be 2-D");
+  TORCH_CHECK(a.dim() == 2, a_name, " must be 2-D, got ", a.dim(), "-D");
+  TORCH_CHECK(b.dim() == 2, b_name, " must be 2-D, got ", b.dim(), "-D");
   int64_t const K = seed ? a.size(0) : a.size(1);
   int64_t const M = seed ? a.size(1) : a.size(0);
   int64_t const N = seed ? b.size(1) : b.size(0);
-  TORCH_CHECK(K > 0 && K % kBlock == 0, "K must be a positive multiple of 128, got ", K);
+  TORCH_CHECK(K > 0 && K % kBlock == 0, "K (", seed ? "a.shape[0]" : "x.shape[1]",
+              ") must be a positive multiple of 128, got ", K);
+  TORCH_CHECK(M <= kMaxDim && N <= kMaxDim && K <= kMaxDim, "M, N and K must each be at most 2^31 - 128, got M=", M,
+              ", N=", N, ", K=", K);
   int64_t const kb = K / kBlock, nb = (N + kBlock - 1) / kBlock;
   if (seed) {
     check_2d(a, "a", K, M, a.scalar_type(), a);

@@ -102,20 +102,27 @@ void run(int layout, torch::Tensor& out, const torch::Tensor& a, const torch::Te
 
 }  // namespace
 
+// The binding refuses sizes past 2^31 - 128 before any backend runs; checked again here because a silent
+// narrowing would compute a different product (K = 2^32 + 128 would read as 128).
+static int narrow(int64_t v, char const* dim) {
+  TORCH_CHECK(v >= 0 && v <= (int64_t{1} << 31) - 128, "gemm (rocm): ", dim, " must be at most 2^31 - 128, got ", v);
+  return static_cast<int>(v);
+}
+
 // seed layout: a (K,M), b (K,N), a_scale (K/128,M), b_scale (K/128,ceil(N/128)), c (M,N)
 void gemm_seed(torch::Tensor& c, torch::Tensor const& a, torch::Tensor const& b,
                torch::Tensor const& a_scale, torch::Tensor const& b_scale) {
   TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "gemm (rocm): a and b must be 2-D");
-  run(gemm_rocm::kSeed, c, a, b, a_scale, b_scale, (int)a.size(1), (int)b.size(1),
-      (int)a.size(0));
+  run(gemm_rocm::kSeed, c, a, b, a_scale, b_scale, narrow(a.size(1), "M"), narrow(b.size(1), "N"),
+      narrow(a.size(0), "K"));
 }
 
 // natural layout: x (M,K), w (N,K), x_scale (M,K/128), w_scale (ceil(N/128),K/128), out (M,N)
 void gemm_natural(torch::Tensor& out, torch::Tensor const& x, torch::Tensor const& w,
                   torch::Tensor const& x_scale, torch::Tensor const& w_scale) {
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2, "gemm (rocm): x and w must be 2-D");
-  run(gemm_rocm::kNatural, out, x, w, x_scale, w_scale, (int)x.size(0), (int)w.size(0),
-      (int)x.size(1));
+  run(gemm_rocm::kNatural, out, x, w, x_scale, w_scale, narrow(x.size(0), "M"), narrow(w.size(0), "N"),
+      narrow(x.size(1), "K"));
 }
 
 // quantize_activations' kernel: x (M, K) bf16 / fp16 / fp32 -> q (M, K) e4m3fnuz, scale (M, K/128).

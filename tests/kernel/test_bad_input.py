@@ -90,6 +90,29 @@ def test_k_not_multiple_of_128(kernel, device):
         kernel.gemm(a, b, torch.ones(1, 8, device=device), torch.ones(1, 1, device=device))
 
 
+@pytest.mark.parametrize("layout", ["seed", "natural"])
+def test_k_past_the_32_bit_limit_is_refused(kernel, device, layout):
+    """K = 2^31 (a multiple of 128) is one past what the GPU kernels index: refused on every backend, by the
+    wrapper and by the binding, instead of being narrowed (2^32 + 128 would read as 128). The operands are
+    2 GiB each of untouched memory."""
+    dtype, big = kernel.SUPPORTED_DTYPES[0], 2**31
+    kb = big // 128
+    if layout == "seed":
+        args = (torch.empty(big, 1, dtype=dtype, device=device), torch.empty(big, 1, dtype=dtype, device=device),
+                torch.ones(kb, 1, device=device), torch.ones(kb, 1, device=device))  # fmt: skip
+        wrapper, op, source = kernel.gemm, kernel.ops.gemm, r"a.shape\[0\]"
+    else:
+        args = (torch.empty(1, big, dtype=dtype, device=device), torch.empty(1, big, dtype=dtype, device=device),
+                torch.ones(1, kb, device=device), torch.ones(1, kb, device=device))  # fmt: skip
+        wrapper, op, source = kernel.gemm_natural, kernel.ops.gemm_natural, r"x.shape\[1\]"
+    with pytest.raises(ValueError, match=rf"^K \({source}\) must be at most 2\^31 - 128 = 2147483520, got {big}$"):
+        wrapper(*args)
+    out = torch.full((1, 1), 3.0, dtype=torch.bfloat16, device=device)
+    with pytest.raises(RuntimeError, match=f"M, N and K must each be at most 2\\^31 - 128, got M=1, N=1, K={big}"):
+        op(*args, out)
+    assert out.item() == 3.0
+
+
 def test_mismatched_fp8_dtypes(kernel, seed_args):
     other = [d for d in (torch.float8_e4m3fn, torch.float8_e4m3fnuz) if d != seed_args["a"].dtype][0]
     if other not in kernel.SUPPORTED_DTYPES:
@@ -202,3 +225,39 @@ def test_direct_op_call_is_checked_in_cpp(kernel, seed_args):
             kernel.ops.quantize_rows(values.T.contiguous().T, False, q, scale)
         with pytest.raises(RuntimeError, match="q must be"):
             kernel.ops.quantize_rows(values, False, q.view(torch.uint8), scale)
+
+
+def test_direct_ops_name_the_operand_whose_k_or_rank_is_wrong(kernel, seed_args, natural_args):
+    a, b = seed_args["a"], seed_args["b"]
+    short = a[:200].contiguous()
+    with pytest.raises(RuntimeError, match=r"K \(a.shape\[0\]\) must be a positive multiple of 128, got 200"):
+        kernel.ops.gemm(short, b[:200].contiguous(), seed_args["a_scale"], seed_args["b_scale"], seed_args["c"])
+    x, w = natural_args["x"], natural_args["w"]
+    with pytest.raises(RuntimeError, match=r"K \(x.shape\[1\]\) must be a positive multiple of 128, got 200"):
+        kernel.ops.gemm_natural(
+            x[:, :200].contiguous(), w[:, :200].contiguous(), natural_args["x_scale"], natural_args["w_scale"],
+            natural_args["out"],
+        )  # fmt: skip
+    with pytest.raises(RuntimeError, match="^b must be 2-D, got 3-D"):
+        kernel.ops.gemm(a, b.unsqueeze(0), seed_args["a_scale"], seed_args["b_scale"], seed_args["c"])
+
+
+@pytest.mark.parametrize("name", ["a_scale"])  # b_scale is (2, 2) here: a transposed one cannot be told
+def test_the_transposed_hint_is_a_fix_that_works(kernel, seed_args, name):
+    """A scale made in the other layout (contiguous, reversed shape): the hint's fix must pass the next
+    check too, not lead to the view the layout check refuses; a reversed view's fix stays the zero-copy .T."""
+    right = seed_args[name]
+    for given, fix in ((right.T.contiguous(), lambda t: t.T.contiguous()), (right.T, lambda t: t.T)):
+        args = dict(seed_args, **{name: given})
+        with pytest.raises(ValueError, match="it looks transposed") as info:
+            kernel.gemm(**args)
+        expected = f"pass {name}.T.contiguous()" if given.is_contiguous() else f"pass {name}.T"
+        assert str(info.value).endswith(expected) or f"{expected} (one copy)" in str(info.value), info.value
+        kernel.gemm(**dict(args, **{name: fix(given)}))  # following the hint: accepted
+
+
+def test_a_negated_view_as_output_is_refused(kernel, seed_args):
+    """torch's fallback for a lazily negated in-place output fails inside torch and aborts the interpreter:
+    the wrapper refuses it first. (Inputs with the negative bit are materialized by torch and work.)"""
+    c = torch._neg_view(seed_args["c"])
+    _expect_error(kernel.gemm, dict(seed_args, c=c), "c", ValueError, "c must not be a negated or conjugated view")

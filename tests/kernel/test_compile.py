@@ -54,3 +54,31 @@ def test_torch_compile_dynamic_rows_including_none(kernel, device):
         got = compiled(x, w, xs, ws)
         assert got.shape == (m, 200)
         assert torch.equal(got, kernel.gemm_natural(x, w, xs, ws)), f"M={m}: compiled and eager differ"
+
+
+def test_compiled_call_refuses_an_output_overlapping_an_input(kernel, device):
+    """Under torch.compile the wrapper's address check cannot read fake tensors, and functionalization hands
+    the kernel a copy of the output: without the check op in the graph, aot_eager accepted c over a's bytes
+    and overwrote a. Both backends refuse it now (aot_eager with the wrapper's ValueError; inductor may run
+    the GEMM first, whose binding refuses with a RuntimeError), leave a as it was, and compile a valid call
+    to the eager result."""
+    M, N, K = 64, 200, 256
+    p = make_problem(M, N, K, kernel.SUPPORTED_DTYPES[0], device, seed=23)
+    arena = torch.zeros(M * N * 2 + K * M, dtype=torch.uint8, device=device)
+    c = arena[: M * N * 2].view(torch.bfloat16).view(M, N)
+    a = arena[M * N : M * N + K * M].view(p.a.dtype).view(K, M)  # c's second half
+    a.copy_(p.a)
+    expected = kernel.gemm(p.a, p.b, p.a_scale, p.b_scale)
+    for backend, error in (("aot_eager", ValueError), ("inductor", (ValueError, RuntimeError))):
+        torch._dynamo.reset()
+        compiled = torch.compile(kernel.gemm, fullgraph=True, backend=backend)
+        try:
+            compiled(a, p.b, p.a_scale, p.b_scale, c)
+        except error as e:
+            assert "c must not share memory with an input" in str(e), (backend, e)
+        else:
+            raise AssertionError(f"{backend}: an output overlapping a was accepted")
+        assert torch.equal(a.view(torch.uint8), p.a.view(torch.uint8)), f"{backend}: a was overwritten"
+        out = torch.empty(M, N, dtype=torch.bfloat16, device=device)
+        compiled(p.a, p.b, p.a_scale, p.b_scale, out)
+        assert torch.equal(out, expected), backend

@@ -55,7 +55,7 @@ def gemm(
 
     Args:
         a: ``(K, M)`` FP8, row-major (A transposed; M is contiguous). K is a positive multiple of 128;
-            M and N may be 0 (the result is then empty).
+            M and N may be 0 (the result is then empty); M, N and K are at most 2^31 - 128.
         b: ``(K, N)`` FP8 of the same dtype, row-major (B transposed).
         a_scale: ``(K // 128, M)`` float32.
         b_scale: ``(K // 128, ceil(N / 128))`` float32.
@@ -74,6 +74,8 @@ def gemm(
         raise ValueError(f"b must have shape (K, N) = ({K}, N) to match a's K, got {tuple(b.shape)}")
     N = b.shape[1]
     _check_k(K, "a.shape[0]")
+    _check_size("M", M, "a.shape[1]")
+    _check_size("N", N, "b.shape[1]")
     _check_tensor("a_scale", a_scale, (K // BLOCK, M), torch.float32, a, ("K/128", "M"))
     _check_tensor("b_scale", b_scale, (K // BLOCK, _ceil_blocks(N)), torch.float32, a, ("K/128", "ceil(N/128)"))
     c = _output("c", c, M, N, a, (a, b, a_scale, b_scale))
@@ -91,7 +93,8 @@ def gemm_natural(
     """Block-scaled FP8 GEMM on the natural (K-contiguous) layout: ``out = (x * x_scale) @ (w * w_scale).T``.
 
     Args:
-        x: ``(M, K)`` FP8 activations, row-major. K is a positive multiple of 128; M and N may be 0.
+        x: ``(M, K)`` FP8 activations, row-major. K is a positive multiple of 128; M and N may be 0;
+            M, N and K are at most 2^31 - 128.
         w: ``(N, K)`` FP8 weight (an ``nn.Linear`` weight), row-major, same dtype as ``x``.
         x_scale: ``(M, K // 128)`` float32, one scale per row and 128-block of K.
         w_scale: ``(ceil(N / 128), K // 128)`` float32, one scale per 128x128 weight block.
@@ -107,6 +110,8 @@ def gemm_natural(
         raise ValueError(f"w must have shape (N, K) = (N, {K}) to match x's K, got {tuple(w.shape)}")
     N = w.shape[0]
     _check_k(K, "x.shape[1]")
+    _check_size("M", M, "x.shape[0]")
+    _check_size("N", N, "w.shape[0]")
     _check_tensor("x_scale", x_scale, (M, K // BLOCK), torch.float32, x, ("M", "K/128"))
     _check_tensor("w_scale", w_scale, (_ceil_blocks(N), K // BLOCK), torch.float32, x, ("ceil(N/128)", "K/128"))
     out = _output("out", out, M, N, x, (x, w, x_scale, w_scale))
@@ -198,10 +203,18 @@ def _check_tensor(
     if tuple(t.shape) != shape:
         hint = ""
         if t.dim() == 2 and tuple(t.shape) == shape[::-1] and shape[0] != shape[1] and not output:
-            hint = f"; it looks transposed: pass {name}.T"
+            # .T is the fix only where it gives a contiguous tensor; a contiguous one of the reversed shape
+            # (scales made in the other layout) needs the copy, or _check_layout would refuse the .T view.
+            fix = f"{name}.T" if t.T.is_contiguous() else f"{name}.T.contiguous() (one copy)"
+            hint = f"; it looks transposed: pass {fix}"
         raise ValueError(f"{name} must have shape ({dims[0]}, {dims[1]}) = {shape}, got {tuple(t.shape)}{hint}")
     _check_device(name, t, like)
     _check_layout(name, t, dims, output)
+
+
+# The largest M, N or K on every backend (the binding's kMaxDim): the GPU kernels index in 32 bits, and N
+# rounded up to whole scale blocks must still fit.
+MAX_DIM = 2**31 - BLOCK
 
 
 def _check_k(K: int, k_source: str) -> None:
@@ -209,6 +222,12 @@ def _check_k(K: int, k_source: str) -> None:
     # matmul gives); sizes cannot be negative.
     if K <= 0 or K % BLOCK:
         raise ValueError(f"K ({k_source}) must be a positive multiple of {BLOCK}, got {K}")
+    _check_size("K", K, k_source)
+
+
+def _check_size(dim: str, value: int, source: str) -> None:
+    if value > MAX_DIM:
+        raise ValueError(f"{dim} ({source}) must be at most 2^31 - {BLOCK} = {MAX_DIM}, got {value}")
 
 
 def _check_device(name: str, t: torch.Tensor, like: torch.Tensor | None, like_name: str = "the first operand") -> None:
@@ -250,12 +269,38 @@ def _output(
     _check_tensor(name, out, (M, N), torch.bfloat16, like, ("M", "N"), output=True)
     # Compared by the bytes each tensor spans (all are contiguous by now): two tensors can share memory
     # through different storages (views of one numpy buffer), and two slices of one storage need not overlap.
-    # Fake tensors (torch.compile) have no addresses.
-    if not torch.compiler.is_compiling():
-        for t in inputs:
-            if _overlap(out, t):
-                raise ValueError(f"{name} must not share memory with an input")
+    # Fake tensors (torch.compile) have no addresses: there the check is an op of the graph, run on the real
+    # tensors (functionalization would hand the kernel a copy of the output, which overlaps nothing).
+    if torch.compiler.is_compiling():
+        _check_no_overlap(out, list(inputs), name)
+        return out
+    # A lazily negated (torch._neg_view) or conjugated view holds other values than its bytes; torch's eager
+    # fallback for such an in-place output fails inside torch and takes the interpreter down.
+    if out.is_neg() or out.is_conj():
+        raise ValueError(f"{name} must not be a negated or conjugated view: pass a plain tensor")
+    _refuse_overlap(out, inputs, name)
     return out
+
+
+def _refuse_overlap(out: torch.Tensor, inputs, name: str) -> None:
+    for t in inputs:
+        if _overlap(out, t):
+            raise ValueError(f"{name} must not share memory with an input")
+
+
+@torch.library.custom_op(add_op_namespace_prefix("check_no_overlap"), mutates_args=())
+def _check_no_overlap(out: torch.Tensor, inputs: list[torch.Tensor], name: str) -> None:
+    _refuse_overlap(out, inputs, name)
+
+
+@_check_no_overlap.register_fake
+def _(out, inputs, name) -> None:
+    return None
+
+
+# An op with no outputs would be dropped from the compiled graph as dead code. (Inductor may still run the
+# GEMM first; the binding then refuses the overlap itself, with a RuntimeError.)
+torch.fx.node.has_side_effect(_check_no_overlap._opoverload)
 
 
 def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
