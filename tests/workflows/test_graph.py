@@ -300,6 +300,30 @@ def test_gpu_test_uploads_only_the_staged_variant_and_always_cleans_up():
     assert runs.index("scripts.preflight") < runs.index("scripts.gpu_test run")
 
 
+def test_uploads_of_hidden_paths_include_hidden_files():
+    """upload-artifact (since v4.4) skips files under a folder whose name starts with '.' unless
+    include-hidden-files is set: the container build log under build/.docker/ once never reached its artifact."""
+    hidden_uploads = 0
+    for where, _, _, step in steps():
+        if "actions/upload-artifact" not in step.get("uses", ""):
+            continue
+        paths = str(step["with"]["path"]).splitlines()
+        hidden = [p for p in paths if any(part.startswith(".") and part not in (".", "..") for part in p.split("/"))]
+        if hidden:
+            hidden_uploads += 1
+            assert step["with"].get("include-hidden-files") is True, (where, hidden)
+    assert hidden_uploads, "the build log upload (build/.docker/*.log) is expected among them"
+
+
+def test_build_log_upload_takes_the_logs_where_docker_build_writes_them():
+    from scripts import docker_build
+
+    jobs = DOCS["build.yml"]["jobs"].values()
+    uploads = [s for job in jobs for s in job.get("steps", []) if "actions/upload-artifact" in s.get("uses", "")]
+    paths = [s["with"]["path"] for s in uploads]
+    assert f"build/{docker_build.STAGE_SUBDIR}/*.log" in paths
+
+
 # ------------------------------------------------------------- self-hosted runner exposure
 
 
