@@ -108,7 +108,10 @@ def make_plan(config: buildconfig.BuildConfig, backend: str, objdir: Path) -> Bu
     spec = config.kernel_for(backend)
     files = config.source_files(backend)
     ops_name = f"_{config.python_name}_{backend}_{source_hash(files, config.root)}"
-    name = variant.variant_name(variant.backend_for(backend))
+    try:
+        name = variant.variant_name(variant.backend_for(backend))
+    except ValueError as e:  # --backend rocm with a CPU or CUDA torch, and the like
+        raise BuildError(str(e)) from None
     base = ["-O3", *_torch_flags(ops_name, backend)]
     base += [f"-I{config.root / inc}" for inc in (*config.torch_include, *spec.include)]
     if backend == "cuda":

@@ -44,7 +44,14 @@ def digest_json(variant_dir: Path) -> dict:
 
 
 def read_metadata(variant_dir: Path) -> dict:
-    return json.loads((variant_dir / "metadata.json").read_text())
+    path = variant_dir / "metadata.json"
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise CheckError(f"{path}: cannot read it as JSON ({e})") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("backend"), dict) or "type" not in meta["backend"]:
+        raise CheckError(f"{path}: no backend.type: not the metadata scripts.build writes")
+    return meta
 
 
 def write_metadata(variant_dir: Path, meta: dict) -> None:

@@ -60,7 +60,10 @@ def step(title: str) -> Iterator[None]:
 
 def run(cmd: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
     """Run a command; on failure raise BuildError with its output (which compilers print to stderr)."""
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    except OSError as e:  # no such compiler (CXX=...), not executable
+        raise BuildError(f"cannot run {cmd[0]}: {e}") from None
     if proc.returncode != 0:
         raise BuildError(f"command failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
     return proc.stdout

@@ -53,6 +53,7 @@ from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 from huggingface_hub.errors import (
     HfHubHTTPError,
     LocalEntryNotFoundError,
+    OfflineModeIsEnabled,
     OIDCError,
     RemoteEntryNotFoundError,
     RepositoryNotFoundError,
@@ -150,7 +151,9 @@ def verify_local_variant(variant_dir: Path) -> dict[str, Any]:
 
 
 def check_variant_name(name: str, meta: dict[str, Any]) -> None:
-    """The loader's own parser must accept the directory name, and its backend must match the metadata."""
+    """The loader's own parser must accept the directory name, its backend must match the metadata, and it
+    must be the name the build gave it: the digest does not cover the name, and a renamed directory (a
+    torch 2.13 build under torch212-...) would be served to users of another torch."""
     from scripts import variant
 
     try:
@@ -160,6 +163,11 @@ def check_variant_name(name: str, meta: dict[str, Any]) -> None:
     declared = str((meta.get("backend") or {}).get("type", "")).lower()
     if named != declared:
         raise PublishError(f"{name}: the name says backend {named!r} but metadata.json says {declared!r}")
+    built = (meta.get("build") or {}).get("variant")
+    if built != name:
+        raise PublishError(
+            f"{name}: metadata.json says this directory was built as {built!r}; rebuild it under its own name"
+        )
 
 
 def discover_variants(build_dir: Path) -> list[LocalVariant]:
@@ -187,8 +195,11 @@ def tag_version(tag: str) -> int:
 def read_build_toml(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
-    with path.open("rb") as f:
-        return tomllib.load(f).get("general", {})
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f).get("general", {})
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise PublishError(f"{path}: cannot read it as TOML ({e})") from None
 
 
 # The checks scripts.check records, each of which must be there and ok (a build whose check failed part
@@ -229,6 +240,9 @@ def release_refusals(
             for name, result in sorted(checks.items()):
                 if not isinstance(result, dict) or result.get("ok") is not True:
                     v.refusals.append(f"check '{name}' did not pass")
+            chosen = (checks.get("loader") or {}).get("chosen") if isinstance(checks.get("loader"), dict) else None
+            if chosen != v.name:
+                v.refusals.append(f"the loader check chose {chosen!r}, not this directory")
         prov = v.meta.get("provenance")
         kernel = prov.get("kernel") if isinstance(prov, dict) else None
         if not isinstance(kernel, dict) or "dirty" not in kernel:
@@ -957,7 +971,7 @@ def main(argv: list[str] | None = None, log: Callable[[str], None] = print) -> i
         with tempfile.TemporaryDirectory(prefix="gemm-publish-") as cache_dir, _TokenEnvironment(token):
             try:
                 plan = make_plan(hub, variants, release_problems, bench_dir, bench_dir / "results", cache_dir, notes)
-            except (HfHubHTTPError, httpx2.TransportError, LocalEntryNotFoundError) as e:
+            except (HfHubHTTPError, httpx2.TransportError, LocalEntryNotFoundError, OfflineModeIsEnabled) as e:
                 if not plan_only or (isinstance(e, HfHubHTTPError) and _status(e) in (401, 403)):
                     raise
                 notes.append(f"could not read the Hub ({type(e).__name__}): planned against an empty repository")
@@ -1014,6 +1028,9 @@ def main(argv: list[str] | None = None, log: Callable[[str], None] = print) -> i
         return EXIT_ERROR
     except (httpx2.TransportError, LocalEntryNotFoundError) as e:
         log(f"error: could not reach the Hub: {type(e).__name__}")
+        return EXIT_ERROR
+    except OfflineModeIsEnabled:
+        log("error: HF_HUB_OFFLINE is set: publishing needs the Hub (a --dry-run plans without it)")
         return EXIT_ERROR
 
 

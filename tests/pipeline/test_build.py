@@ -164,6 +164,30 @@ def test_a_check_that_breaks_unexpectedly_records_why(variant_dir, tmp_path, mon
     assert recorded["smoke"] == {"ok": False, "error": "JSONDecodeError: Expecting value: line 1 column 1 (char 0)"}
 
 
+@pytest.mark.parametrize("garbage", ["{bad", '{"name": "gemm"}'])
+def test_unreadable_metadata_is_a_check_error_not_a_traceback(variant_dir, tmp_path, garbage):
+    copy = _copy_to(variant_dir, tmp_path / "build")
+    (copy / "metadata.json").write_text(garbage)
+    with pytest.raises(CheckError, match="metadata.json: "):
+        check.check_variant(copy)
+
+
+def test_the_build_stage_names_what_it_cannot_do(tmp_path):
+    """A backend this torch cannot build, and a compiler that does not exist: the stage's own error and exit
+    code (3), not a traceback."""
+    no_compiler = {**os.environ, "CXX": "/nonexistent/c++"}
+    for args, env, words in (
+        (["--backend", "rocm"], os.environ, "cannot build the rocm backend"),
+        (["--backend", "cpu", "--no-check"], no_compiler, "cannot run /nonexistent/c++"),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "scripts.build", *args, "--out", str(tmp_path / "out")],
+            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert proc.returncode == 3, proc.stderr
+        assert words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
 def test_the_proofs_load_the_variant_checked_not_a_namesake(variant_dir, tmp_path):
     """Checked against another build directory, the loader would load that directory's variant of the same
     name: the check must fail rather than record another variant's proof."""

@@ -114,6 +114,7 @@ class Project:
                 "kernel": {"commit": "0123456789abcdef0123456789abcdef01234567", "dirty": dirty},
             },
             "build": {
+                "variant": name,
                 "torch": "2.13.0",
                 "python": "3.11",
                 "compiler": "clang-19",
@@ -132,7 +133,7 @@ class Project:
                     "ok": True,
                 },
                 "digest": {"ok": True},
-                "loader": {"ok": True},
+                "loader": {"ok": True, "chosen": name},
                 "smoke": {"ok": True},
                 **({"loaders": {"ok": True}, "machine_code": {"ok": True}} if backend_type == "rocm" else {}),
             },

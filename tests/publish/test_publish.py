@@ -548,3 +548,43 @@ def test_new_branch_holds_only_this_release_and_stale_benchmarks_go(hub, project
     v1 = hub.files(REPO, "v1")
     assert "benchmarks/benchmark_old.py" not in v1 and "benchmarks/data.csv" in v1
     assert "benchmarks/benchmark_gemm.py" in v1
+
+
+def test_a_renamed_variant_is_not_published(hub, project, run_publish):
+    """A build under another valid name of the same backend (torch 2.13's binary as torch212-...) passes the
+    name parser and the digest, which does not cover the name: the build's own record of its name refuses it,
+    and so does the loader check, which loaded it under its old name."""
+    d = project.variant(CPU)
+    renamed = project.build / CPU.replace("torch213", "torch212")
+    d.rename(renamed)
+    rc, out = run_publish()
+    assert rc == 1 and f"was built as '{CPU}'" in out, out
+    assert hub.requests == []
+
+    meta = json.loads((renamed / "metadata.json").read_text())
+    meta["build"]["variant"] = renamed.name  # the record edited too: the loader check still says otherwise
+    (renamed / "metadata.json").write_text(json.dumps(meta))
+    rc, out = run_publish()
+    assert rc == 2 and f"the loader check chose '{CPU}'" in out, out
+    assert writes(hub) == []  # the plan read the Hub; nothing was written
+
+
+def test_a_broken_build_toml_is_a_publish_error(hub, project, run_publish):
+    project.variant(CPU)
+    (project.root / "build.toml").write_text("[general\n")
+    rc, out = run_publish("--dry-run")
+    assert rc == 1 and "build.toml: cannot read it as TOML" in out and "Traceback" not in out, out
+
+
+def test_a_dry_run_with_the_hub_offline_plans_against_an_empty_repository(hub, project, run_publish, monkeypatch):
+    """HF_HUB_OFFLINE=1 makes huggingface_hub refuse every request with its own error: a plan still comes out;
+    a real publish says why it cannot."""
+    import huggingface_hub.constants
+
+    project.variant(CPU)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    rc, out = run_publish("--dry-run")
+    assert rc == 0 and "could not read the Hub (OfflineModeIsEnabled)" in out, out
+    rc, out = run_publish()
+    assert rc == 1 and "HF_HUB_OFFLINE is set" in out, out
+    assert hub.requests == []
