@@ -1,0 +1,81 @@
+"""The torch-facing half of gemm_rocm.hip (argument checks, the plan, launches) is compiled only inside the
+rocm/pytorch containers: the gate and the emulator build its torch-free half. Here clang-19 parses the whole
+file for gfx942 against this machine's (CPU) torch headers, with a stand-in for the one ROCm-only torch
+header it includes, so that a typo in that half fails here and not first in the release build.
+
+The CPU torch headers themselves do not parse as HIP (their thrust::complex paths need ROCm's thrust):
+those errors are left out, and only errors in our sources count. A control run with an undeclared name
+planted in the launcher proves the file's own code is parsed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+LAUNCHER = REPO_ROOT / "gemm" / "rocm" / "gemm_rocm.hip"
+
+# What gemm_rocm.hip uses of c10/hip/HIPStream.h (ROCm torch's hipified CUDAStream.h).
+HIP_STREAM_STANDIN = """#pragma once
+#include <hip/hip_runtime.h>
+namespace c10 { namespace hip {
+struct HIPStream { hipStream_t stream() const { return nullptr; } };
+inline HIPStream getCurrentHIPStream() { return {}; }
+} }
+"""
+# Enough of thrust::complex for c10's complex.h to declare its conversions (its math still fails, in torch).
+THRUST_COMPLEX_STANDIN = """#pragma once
+namespace thrust { template <class T> struct complex {
+  T re, im;
+  complex() = default;
+  __host__ __device__ complex(T r, T i) : re(r), im(i) {}
+  __host__ __device__ T real() const { return re; }
+  __host__ __device__ T imag() const { return im; }
+}; }
+"""
+
+
+def _our_errors(source: Path, tmp_path: Path) -> list[str]:
+    clang = shutil.which("clang++-19")
+    if clang is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("clang-19 is missing: .ci/run installs it")
+        pytest.skip("clang-19 not installed (Debian packages, .ci/apt-packages.txt)")
+    from torch.utils.cpp_extension import include_paths
+
+    stubs = tmp_path / "standins"
+    (stubs / "c10" / "hip").mkdir(parents=True)
+    (stubs / "thrust").mkdir()
+    (stubs / "c10" / "hip" / "HIPStream.h").write_text(HIP_STREAM_STANDIN)
+    (stubs / "thrust" / "complex.h").write_text(THRUST_COMPLEX_STANDIN)
+    cmd = [clang, "-x", "hip", "--offload-arch=gfx942", "-nogpulib", "-std=c++17", "-fsyntax-only"]
+    cmd += ["-ferror-limit=0", "-DROCM_KERNEL", "-DTORCH_EXTENSION_NAME=_gemm_rocm_check", f"-I{stubs}"]
+    cmd += [f"-I{p}" for p in include_paths()]
+    cmd += [f"-I{REPO_ROOT / 'torch-ext'}", f"-I{LAUNCHER.parent}", str(source)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    errors = [line for line in proc.stderr.splitlines() if re.search(r"\berror:", line)]
+    assert errors or proc.returncode == 0, proc.stderr[-2000:]
+    ours = (str(REPO_ROOT / "gemm"), str(REPO_ROOT / "torch-ext"), str(tmp_path))
+    return [line for line in errors if line.startswith(ours) and not line.startswith(str(stubs))]
+
+
+def test_the_launcher_parses_for_gfx942_against_torch(tmp_path):
+    assert _our_errors(LAUNCHER, tmp_path) == []
+
+
+def test_an_error_in_the_launcher_is_seen(tmp_path):
+    """The control: the same parse reports a planted error in the launcher's torch-facing half."""
+    text = LAUNCHER.read_text()
+    anchor = "void gemm_seed(torch::Tensor& c"
+    assert anchor in text
+    planted = tmp_path / "gemm_rocm_planted.hip"
+    planted.write_text(text.replace(anchor, "int planted = undeclared_name_for_the_test;\n" + anchor, 1))
+    errors = _our_errors(planted, tmp_path)
+    assert len(errors) == 1 and "undeclared_name_for_the_test" in errors[0], errors
