@@ -4,8 +4,9 @@ file for gfx942 against this machine's (CPU) torch headers, with a stand-in for 
 header it includes, so that a typo in that half fails here and not first in the release build.
 
 The CPU torch headers themselves do not parse as HIP (their thrust::complex paths need ROCm's thrust):
-those errors are left out, and only errors in our sources count. A control run with an undeclared name
-planted in the launcher proves the file's own code is parsed.
+the errors a file holding only the launcher's includes gets are the baseline, and every other error counts,
+wherever clang reports it (our misuse of a torch template is reported at the torch header's line). Two
+controls plant errors in the launcher, one reported in our file and one inside torch's headers.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ namespace thrust { template <class T> struct complex {
 """
 
 
-def _our_errors(source: Path, tmp_path: Path) -> list[str]:
+def _errors(source: Path, tmp_path: Path) -> list[str]:
     clang = shutil.which("clang++-19")
     if clang is None:
         if os.environ.get("CI") == "true":
@@ -51,8 +52,8 @@ def _our_errors(source: Path, tmp_path: Path) -> list[str]:
     from torch.utils.cpp_extension import include_paths
 
     stubs = tmp_path / "standins"
-    (stubs / "c10" / "hip").mkdir(parents=True)
-    (stubs / "thrust").mkdir()
+    (stubs / "c10" / "hip").mkdir(parents=True, exist_ok=True)
+    (stubs / "thrust").mkdir(exist_ok=True)
     (stubs / "c10" / "hip" / "HIPStream.h").write_text(HIP_STREAM_STANDIN)
     (stubs / "thrust" / "complex.h").write_text(THRUST_COMPLEX_STANDIN)
     cmd = [clang, "-x", "hip", "--offload-arch=gfx942", "-nogpulib", "-std=c++17", "-fsyntax-only"]
@@ -60,22 +61,35 @@ def _our_errors(source: Path, tmp_path: Path) -> list[str]:
     cmd += [f"-I{p}" for p in include_paths()]
     cmd += [f"-I{REPO_ROOT / 'torch-ext'}", f"-I{LAUNCHER.parent}", str(source)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    errors = [line for line in proc.stderr.splitlines() if re.search(r"\berror:", line)]
-    assert errors or proc.returncode == 0, proc.stderr[-2000:]
-    ours = (str(REPO_ROOT / "gemm"), str(REPO_ROOT / "torch-ext"), str(tmp_path))
-    return [line for line in errors if line.startswith(ours) and not line.startswith(str(stubs))]
+    return [line for line in proc.stderr.splitlines() if re.search(r"\berror:", line)]
+
+
+def _new_errors(source: Path, tmp_path: Path) -> list[str]:
+    """The errors parsing `source` gives beyond those of a file with only the launcher's #include lines."""
+    includes = [line for line in LAUNCHER.read_text().splitlines() if line.startswith("#include")]
+    baseline_file = tmp_path / "includes_only.hip"
+    baseline_file.write_text("\n".join(includes) + "\n")
+    baseline = set(_errors(baseline_file, tmp_path))
+    return [line for line in _errors(source, tmp_path) if line not in baseline]
 
 
 def test_the_launcher_parses_for_gfx942_against_torch(tmp_path):
-    assert _our_errors(LAUNCHER, tmp_path) == []
+    assert _new_errors(LAUNCHER, tmp_path) == []
 
 
-def test_an_error_in_the_launcher_is_seen(tmp_path):
-    """The control: the same parse reports a planted error in the launcher's torch-facing half."""
+@pytest.mark.parametrize(
+    ("planted", "reported"),
+    [
+        ("int planted = undeclared_name_for_the_test;", "undeclared_name_for_the_test"),
+        # Reported at torch's StringUtil.h, with our line only in the notes: an error the baseline must not hide.
+        ("struct NoStream {}; void planted() { TORCH_CHECK(true, NoStream{}); }", "invalid operands"),
+    ],
+)
+def test_an_error_in_the_launcher_is_seen(tmp_path, planted, reported):
     text = LAUNCHER.read_text()
     anchor = "void gemm_seed(torch::Tensor& c"
     assert anchor in text
-    planted = tmp_path / "gemm_rocm_planted.hip"
-    planted.write_text(text.replace(anchor, "int planted = undeclared_name_for_the_test;\n" + anchor, 1))
-    errors = _our_errors(planted, tmp_path)
-    assert len(errors) == 1 and "undeclared_name_for_the_test" in errors[0], errors
+    source = tmp_path / "gemm_rocm_planted.hip"
+    source.write_text(text.replace(anchor, planted + "\n" + anchor, 1))
+    errors = _new_errors(source, tmp_path)
+    assert errors and any(reported in e for e in errors), errors

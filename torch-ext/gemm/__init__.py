@@ -272,6 +272,8 @@ def _output(
     # Fake tensors (torch.compile) have no addresses: there the check is an op of the graph, run on the real
     # tensors (functionalization would hand the kernel a copy of the output, which overlaps nothing).
     if torch.compiler.is_compiling():
+        # Dynamo cannot trace is_neg() (a graph break); a negated output fails in torch's own fake-tensor
+        # call while tracing instead, with a RuntimeError and no crash.
         _check_no_overlap(out, list(inputs), name)
         return out
     # A lazily negated (torch._neg_view) or conjugated view holds other values than its bytes; torch's eager
@@ -298,8 +300,8 @@ def _(out, inputs, name) -> None:
     return None
 
 
-# An op with no outputs would be dropped from the compiled graph as dead code. (Inductor may still run the
-# GEMM first; the binding then refuses the overlap itself, with a RuntimeError.)
+# An op with no outputs would be dropped from the compiled graph as dead code. It reads the output the GEMM
+# writes, so the compiled graph runs it first.
 torch.fx.node.has_side_effect(_check_no_overlap._opoverload)
 
 
