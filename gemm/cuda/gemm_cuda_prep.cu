@@ -109,20 +109,33 @@ __global__ void __launch_bounds__(kThreads) seed_prep_kernel(PrepParams const q)
 }
 
 // Byte-wise transpose for operands whose rows are not 16-byte aligned (M or N not a multiple of 16).
+// Rows (K) may number up to 2^31 - 128, more than gridDim.y's 65535 blocks of 32 cover: each block takes
+// every gridDim.y-th block of 32 rows. The loop bound is the same for the whole block, so the barriers in it
+// are reached by every thread.
 __global__ void transpose_bytes_kernel(uint8_t const *__restrict__ src, uint8_t *__restrict__ dst,
                                        int64_t rows, int64_t cols) {
   __shared__ uint8_t tile[32][33];
-  int64_t const c0 = static_cast<int64_t>(blockIdx.x) * 32, r0 = static_cast<int64_t>(blockIdx.y) * 32;
+  int64_t const c0 = static_cast<int64_t>(blockIdx.x) * 32;
   int const tx = threadIdx.x, ty = threadIdx.y;  // 32 x 8 threads
-  for (int i = ty; i < 32; i += 8) {
-    int64_t const r = r0 + i, c = c0 + tx;
-    if (r < rows && c < cols) tile[i][tx] = src[r * cols + c];
+  for (int64_t r0 = static_cast<int64_t>(blockIdx.y) * 32; r0 < rows; r0 += static_cast<int64_t>(gridDim.y) * 32) {
+    for (int i = ty; i < 32; i += 8) {
+      int64_t const r = r0 + i, c = c0 + tx;
+      if (r < rows && c < cols) tile[i][tx] = src[r * cols + c];
+    }
+    __syncthreads();
+    for (int i = ty; i < 32; i += 8) {
+      int64_t const c = c0 + i, r = r0 + tx;
+      if (r < rows && c < cols) dst[c * rows + r] = tile[tx][i];
+    }
+    __syncthreads();  // the next round's loads overwrite the tile
   }
-  __syncthreads();
-  for (int i = ty; i < 32; i += 8) {
-    int64_t const c = c0 + i, r = r0 + tx;
-    if (r < rows && c < cols) dst[c * rows + r] = tile[tx][i];
-  }
+}
+
+// The grid of transpose_bytes_kernel for a (rows, cols) byte matrix: columns along x, rows along y up to
+// the hardware's 65535.
+dim3 transpose_grid(int64_t rows, int64_t cols) {
+  int64_t const row_blocks = (rows + 31) / 32;
+  return dim3(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>(row_blocks < 65535 ? row_blocks : 65535));
 }
 
 bool aligned16(void const *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
@@ -149,16 +162,12 @@ cudaError_t launch_seed_prep(PrepArgs const &p, cudaStream_t stream) {
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   if (with_a && !vec_a) {
-    dim3 grid(static_cast<unsigned>((p.M + 31) / 32), static_cast<unsigned>((p.K + 31) / 32));
-    if (grid.y >= 65536) return cudaErrorInvalidValue;
-    transpose_bytes_kernel<<<grid, dim3(32, 8), 0, stream>>>(p.a, p.x, p.K, p.M);
+    transpose_bytes_kernel<<<transpose_grid(p.K, p.M), dim3(32, 8), 0, stream>>>(p.a, p.x, p.K, p.M);
     err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
   if (!vec_b) {
-    dim3 grid(static_cast<unsigned>((p.N + 31) / 32), static_cast<unsigned>((p.K + 31) / 32));
-    if (grid.y >= 65536) return cudaErrorInvalidValue;
-    transpose_bytes_kernel<<<grid, dim3(32, 8), 0, stream>>>(p.b, p.w, p.K, p.N);
+    transpose_bytes_kernel<<<transpose_grid(p.K, p.N), dim3(32, 8), 0, stream>>>(p.b, p.w, p.K, p.N);
     err = cudaGetLastError();
   }
   return err;
