@@ -439,6 +439,8 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
         layouts = parse_layouts(args.layouts)
     except ValueError as e:
         raise UsageError(str(e)) from e
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        raise UsageError(f"--out {args.out}: exists and is not a directory (the results go into a folder)")
     if args.sets is not None and args.sets < 1:
         raise UsageError(f"--sets must be >= 1, got {args.sets}")
     if args.threads is not None:
@@ -471,6 +473,8 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
         unknown = [s for s in wanted if s not in impls_mod.BY_NAME]
         if unknown:
             raise UsageError(f"--impls: unknown {unknown}; known: {', '.join(impls_mod.BY_NAME)}")
+        if not wanted:  # a run that times nothing would still replace the committed results file
+            raise UsageError(f"--impls {args.impls!r} names no implementation; known: {', '.join(impls_mod.BY_NAME)}")
     impl_info: dict[str, dict] = {}
     active = []
     for impl in impls_mod.IMPLS:

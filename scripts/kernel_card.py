@@ -102,7 +102,12 @@ def _bench_section(rows: list[dict[str, Any]]) -> str:
         if len(mine) > MAX_BENCH_ROWS:
             text += f"\n\n({len(mine) - MAX_BENCH_ROWS} more rows in `benchmarks/results/{platform}/`.)"
         parts.append(text)
-    note = "`speedup vs X` is X's time divided by ours on the same shape and layout (above 1: we are faster)."
+    note = (
+        "`speedup vs X` is X's time divided by ours on the same shape and layout (above 1: we are faster). "
+        "A peer that takes only the natural layout (torch's blockwise FP8, per-tensor FP8 cuBLAS) is compared "
+        "in seed rows with its natural-layout time: what a seed-layout caller gives up against operands "
+        "already K-major; `torch_blockwise_t` is torch's path from the seed layout itself."
+    )
     return "\n\n".join(parts) + "\n\n" + note
 
 

@@ -138,6 +138,30 @@ def test_batched_without_a_graph_keeps_the_last_calls_output():
     assert last_output() == 2 + 2 * clocks.BATCH
 
 
+def test_batched_poisons_a_reused_output_so_only_the_timed_calls_fill_it():
+    """Our kernel writes one preallocated output each call: a call that computes only during the warm-up
+    must leave NaN for the check, not the warm-up's correct result."""
+    buffer = torch.zeros(4)
+    calls = iter(range(100))
+
+    def computes_only_while_warming_up():
+        if next(calls) < 3:
+            buffer.fill_(1.0)
+        return buffer
+
+    class NoGraphs:
+        class cuda:  # noqa: N801 (mirrors torch.cuda)
+            synchronize = staticmethod(lambda: None)
+
+            class CUDAGraph:
+                def __init__(self) -> None:
+                    raise RuntimeError("no capture here")
+
+    run_batch, _, last_output = clocks.batched(computes_only_while_warming_up, NoGraphs)
+    run_batch()
+    assert last_output() is buffer and torch.isnan(buffer).all()
+
+
 @pytest.mark.skipif(
     not (torch.cuda.is_available() and torch.version.cuda is not None), reason="times on an NVIDIA GPU only"
 )
