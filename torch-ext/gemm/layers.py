@@ -5,6 +5,11 @@ fine-grained FP8 `FP8Linear`: `weight` (N, K) FP8, `weight_scale_inv` (ceil(N/12
 (N,) or None. Register the model's class with `kernels.use_kernel_forward_from_hub("FP8Linear")` (or
 `replace_kernel_forward_from_hub`), map "FP8Linear" to this repository, then `kernels.kernelize(model, ...)`.
 On MI300X the weight must be e4m3fnuz: convert it once with `gemm.to_e4m3fnuz`.
+
+Activations are always quantized at run time, per row and 128 elements of K (DeepSeek-V3's "dynamic"
+scheme). A layer configured with `activation_scheme="static"` has its per-tensor `activation_scale` ignored:
+its outputs then differ from transformers' own forward, by the finer scales. Inputs are local tensors (a
+tensor-parallel plan's hooks place them), as in transformers' FP8Linear.
 """
 
 from __future__ import annotations
