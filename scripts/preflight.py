@@ -11,7 +11,8 @@ Checks, each reported by name:
   ``--arch`` (parsed from ``rocminfo`` output; ``--rocminfo-file`` reads a recording instead);
 - ``devices``: ``/dev/kfd`` and ``/dev/dri`` exist (the container device flags need them);
 - ``disk``: every ``--path`` has at least ``--min-free-gb`` GiB free (rocm/pytorch images are ~30 GB);
-  with ``--docker-prune``, a short disk first gets ``docker system prune`` of data unused for 72 h.
+  with ``--docker-prune``, a short disk first gets old stopped containers, dangling layers, old build
+  cache and the rocm/pytorch images docker/matrix.yaml no longer names pruned (``prune_docker``).
 
 Exit status 0 when every check passes, 1 when any fails (a bad runner must fail the job, not be
 retried into flaky tests), 2 on bad arguments. ``--json FILE`` writes the report for the job's logs.
@@ -175,17 +176,55 @@ def reclaim_hosted_disk(env: dict[str, str] | os._Environ[str] = os.environ) -> 
     return Check("reclaim", True, f"removed {len(present)} preinstalled toolchains", {"removed": present})
 
 
-def prune_docker(older_than_h: int = 72) -> Check:
-    """Free docker disk on a low runner: stopped containers, and images unused for `older_than_h` hours."""
+MATRIX_FILE = Path(__file__).resolve().parent.parent / "docker" / "matrix.yaml"
+
+
+def matrix_images(path: Path = MATRIX_FILE) -> set[str] | None:
+    """The image tags docker/matrix.yaml names, read by a regex (this script needs no pyyaml: runner hosts
+    have only python3); None when the file cannot be read."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    return set(re.findall(r"^\s*image:\s*[\"']?([^\s\"'#]+)", text, flags=re.M))
+
+
+def prune_docker(older_than_h: int = 72, keep_images: set[str] | None = None) -> Check:
+    """Free docker disk on a low runner without touching what a neighbouring job on the same engine may be
+    about to use: stopped containers created more than `older_than_h` hours ago, dangling image layers, build
+    cache unused for that long, and rocm/pytorch images the current matrix does not name (removed without
+    --force, so one a container still uses stays). Not `docker system prune --all --filter until=`: its
+    `until` is an image's creation date, and every rocm/pytorch image was created long before it was pulled,
+    so it would remove an image a neighbour pulled a minute ago."""
     docker = shutil.which("docker")
     if docker is None:
         return Check("prune", False, "disk is low and there is no docker CLI to prune with")
-    cmd = [docker, "system", "prune", "--all", "--force", "--filter", f"until={older_than_h}h"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
-    tail = (proc.stdout or proc.stderr).strip().splitlines()[-1:] or [""]
-    if proc.returncode:
-        return Check("prune", False, f"docker system prune exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
-    return Check("prune", True, f"pruned docker data unused for {older_than_h}h: {tail[0]}")
+    steps = [
+        [docker, "container", "prune", "--force", "--filter", f"until={older_than_h}h"],
+        [docker, "image", "prune", "--force"],
+        [docker, "builder", "prune", "--force", "--filter", f"unused-for={older_than_h}h"],
+    ]
+    for cmd in steps:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
+        if proc.returncode:
+            return Check("prune", False, f"{' '.join(cmd[1:3])} exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
+    keep = matrix_images() if keep_images is None else keep_images
+    stale: list[str] = []
+    if keep is not None:  # without the matrix, no image is known to be stale
+        listed = subprocess.run(
+            [docker, "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", "rocm/pytorch"],
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        stale = [ref for ref in listed.stdout.split() if ref not in keep and not ref.endswith(":<none>")]
+    removed = [ref for ref in stale if subprocess.run([docker, "image", "rm", ref], capture_output=True,
+                                                      timeout=600, check=False).returncode == 0]  # fmt: skip
+    return Check(
+        "prune",
+        True,
+        f"pruned stopped containers and build cache older than {older_than_h}h, dangling layers, "
+        f"{len(removed)} rocm/pytorch image(s) the matrix no longer names",
+        {"removed_images": removed},
+    )
 
 
 ROCMINFO_FALLBACK = Path("/opt/rocm/bin/rocminfo")
@@ -259,7 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--docker-prune",
         action="store_true",
-        help="when disk is short, prune docker data unused for 72 h, then check again",
+        help="when disk is short, prune stopped containers and build cache older than 72 h, dangling layers "
+        "and rocm/pytorch images the matrix no longer names, then check again",
     )
     p.add_argument("--rocminfo-file", type=Path, help="parse this recorded rocminfo output instead of running it")
     p.add_argument("--dev-root", type=Path, default=Path("/dev"), help=argparse.SUPPRESS)

@@ -122,18 +122,39 @@ def test_bad_arguments_name_the_argument(argv, message, capsys):
 
 
 def test_low_disk_prunes_docker_then_rechecks(tmp_path, monkeypatch, dev_root):
+    """What is pruned leaves a neighbouring job's image alone: no `system prune --all` (its `until` is an
+    image's creation date, so it removed images pulled minutes ago), and of the rocm/pytorch images only
+    those docker/matrix.yaml no longer names."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
     log = tmp_path / "docker.log"
+    current = sorted(preflight.matrix_images())[0]
+    old = "rocm/pytorch:rocm6.4_ubuntu22.04_py3.10_pytorch_release_2.6.0"
     fake = bindir / "docker"
-    fake.write_text(f'#!/bin/sh\necho "$@" >> "{log}"\necho "Total reclaimed space: 0B"\n')
+    fake.write_text(
+        f'#!/bin/sh\necho "$@" >> "{log}"\n'
+        f'if [ "$1 $2" = "image ls" ]; then printf "%s\\n" "{current}" "{old}" "rocm/pytorch:<none>"; fi\n'
+    )
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
     argv = ["--rocminfo-file", str(SAMPLE), "--dev-root", str(dev_root), "--min-free-gb", "1e9",
             "--path", str(tmp_path), "--docker-prune"]  # fmt: skip
     assert preflight.main(argv) == 1  # still short after pruning
-    assert log.read_text().split() == ["system", "prune", "--all", "--force", "--filter", "until=72h"]
+    calls = log.read_text().splitlines()
+    assert calls == [
+        "container prune --force --filter until=72h",
+        "image prune --force",
+        "builder prune --force --filter unused-for=72h",
+        "image ls --format {{.Repository}}:{{.Tag}} rocm/pytorch",
+        f"image rm {old}",
+    ]
     log.unlink()
     argv[argv.index("1e9")] = "0"
     assert preflight.main(argv) == 0
     assert not log.exists()  # enough disk: nothing pruned
+
+
+def test_the_matrix_images_read_without_pyyaml_are_the_matrix_parsers():
+    from scripts import matrix
+
+    assert preflight.matrix_images() == {e.image for e in matrix.load()}
