@@ -8,7 +8,9 @@ On the runner host (docker SDK; the job ran ``python -m scripts.preflight`` firs
    match the digest in its ``metadata.json``; it is copied alone into ``OUT/kernel/build/<variant>``
    (never the build tree).
 2. A fresh container of ``REF`` (the rocm/pytorch image the variant was built in, pinned
-   ``tag@sha256``) starts with the AMD device flags (``/dev/kfd``, ``/dev/dri``, group ``video``
+   ``tag@sha256`` where the matrix knows the digest; a local image that is not the one metadata.json's
+   ``build.image.digest`` records is pulled again, and refused if it still is not) starts with the AMD
+   device flags (``/dev/kfd``, ``/dev/dri``, group ``video``
    and the host's ``render`` group, ``seccomp=unconfined``, ``ipc=host``); the checkout is mounted
    read-only at /src (tests and benchmarks only; a ``build/`` there is refused), the variant at
    /kernel/build, results at /results. Its log streams to ``OUT/container.log``; the container
@@ -87,6 +89,9 @@ class Plan:
     require_arch: str
     timeout_s: int
     container_name: str
+    # The digest of the image the variant was built in (metadata build.image.digest: a registry digest, or
+    # the image id of a local-only base); None when the build did not record one.
+    built_digest: str | None = None
 
     def container_kwargs(self, src: Path, group_add: list[str]) -> dict[str, Any]:
         """Arguments for docker's ``containers.run`` (device flags, mounts, env)."""
@@ -154,7 +159,13 @@ def make_plan(args: argparse.Namespace) -> Plan:
         if Path(t).is_absolute() or ".." in Path(t).parts:
             raise UsageError(f"--tests: {t!r} must be a path inside the checkout")
     out = args.out.resolve()
+    try:
+        built_image = (json.loads((artifact / "metadata.json").read_text()).get("build") or {}).get("image")
+    except (OSError, ValueError, AttributeError) as e:
+        raise UsageError(f"--artifact: cannot read {artifact / 'metadata.json'}: {e}") from None
+    built_digest = built_image.get("digest") if isinstance(built_image, dict) else None
     return Plan(
+        built_digest=built_digest or None,
         variant=variant,
         artifact=artifact,
         image=args.image,
@@ -220,16 +231,35 @@ def pull_ref(image: str) -> str:
     return image
 
 
+def _is_build_image(image: Any, digest: str | None) -> bool:
+    """Whether a local image is the build's: its registry digests or its id hold the recorded digest."""
+    if not digest:
+        return True
+    attrs = getattr(image, "attrs", None) or {}
+    digests = {rd.split("@", 1)[1] for rd in attrs.get("RepoDigests") or [] if "@" in rd}
+    return digest in digests or getattr(image, "id", None) == digest
+
+
 def run_container(plan: Plan, client: Any, src: Path) -> int:
     """Start the container, stream its log, wait (bounded), and always remove it. Returns its exit code."""
     import docker.errors
     import requests.exceptions
 
     try:
-        client.images.get(plan.image)
+        image = client.images.get(plan.image)
     except (docker.errors.ImageNotFound, docker.errors.APIError):
+        image = None
+    # A tag-only --image may name an older image this runner holds: the variant is tested in the image it
+    # was built in, or not at all.
+    if image is None or not _is_build_image(image, plan.built_digest):
         print(f"pulling {pull_ref(plan.image)}", flush=True)
         client.images.pull(pull_ref(plan.image))
+        image = client.images.get(plan.image)
+        if not _is_build_image(image, plan.built_digest):
+            raise GpuTestError(
+                f"--image {plan.image} is not the image {plan.variant} was built in (digest {plan.built_digest}), "
+                "even after a pull: test it in that image (pass its tag@digest)"
+            )
     container = None
     try:
         container = client.containers.run(**plan.container_kwargs(src, host_group_ids()))

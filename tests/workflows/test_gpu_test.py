@@ -457,3 +457,62 @@ def test_inside_installs_its_requirements_into_the_images_python_even_when_pep66
     ((cmd, env),) = seen
     assert cmd[1:4] == ["-m", "pip", "install"] and env["PIP_BREAK_SYSTEM_PACKAGES"] == "1"
     assert "pip install -r req.txt exited 5" in json.loads((tmp_path / "r" / "report.json").read_text())["error"]
+
+
+class _Image:
+    def __init__(self, digest: str):
+        self.id = "sha256:" + "0" * 64
+        self.attrs = {"RepoDigests": [f"rocm/pytorch@{digest}"]}
+
+
+class ImagesByDigest(FakeClient):
+    """A runner that holds `local` under the tag; a pull replaces it with `upstream`."""
+
+    def __init__(self, container, local: str | None, upstream: str):
+        super().__init__(container)
+        self.current, self.upstream = local, upstream
+
+    def get(self, ref):
+        import docker.errors
+
+        if self.current is None:
+            raise docker.errors.ImageNotFound("no such image")
+        return _Image(self.current)
+
+    def pull(self, ref):
+        super().pull(ref)
+        self.current = self.upstream
+
+
+BUILT = "sha256:" + "b1" * 32
+OLDER = "sha256:" + "01" * 32
+
+
+@pytest.mark.parametrize(
+    ("local", "upstream", "pulls", "runs"),
+    [
+        (BUILT, BUILT, 0, True),  # the runner holds the build's image: used as it is
+        (OLDER, BUILT, 1, True),  # an older image under the tag: pulled again, then it is the build's
+        (None, BUILT, 1, True),  # none yet: pulled
+        (OLDER, OLDER, 1, False),  # still not the build's after a pull: refused, no container
+    ],
+)
+def test_the_variant_is_tested_in_the_image_it_was_built_in(tmp_path, local, upstream, pulls, runs):
+    art = fake_artifact(tmp_path)
+    meta = json.loads((art / "metadata.json").read_text())
+    meta["build"] = {"image": {"ref": "rocm/pytorch:tag", "digest": BUILT}}
+    (art / "metadata.json").write_text(json.dumps(meta))
+    args = run_args(tmp_path / "other")
+    args.artifact = art
+    plan = gpu_test.make_plan(args)
+    assert plan.built_digest == BUILT
+    gpu_test.stage_artifact(plan)
+    client = ImagesByDigest(FakeContainer({"StatusCode": 0}), local, upstream)
+    if runs:
+        assert gpu_test.run_container(plan, client, tmp_path / "src") == 0
+        assert client.run_kwargs is not None
+    else:
+        with pytest.raises(gpu_test.GpuTestError, match="not the image .* was built in"):
+            gpu_test.run_container(plan, client, tmp_path / "src")
+        assert client.run_kwargs is None
+    assert len(client.pulled) == pulls
