@@ -26,6 +26,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import sys
 import tarfile
 import threading
@@ -227,8 +228,20 @@ def say(name: str, line: str, t0: float | None = None) -> None:
         print(f"[{name}{stamp}] {line}", file=sys.stderr, flush=True)
 
 
+# Build containers carry this label, valued by the docker_build run that started them: an interrupted or
+# cancelled run removes exactly its own.
+LABEL_SESSION = "org.gemm.docker-build.session"
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 class Engine:
     """The Docker engine through the docker SDK."""
+
+    session = f"{os.getpid()}-{os.urandom(4).hex()}"
+    build_timeout_s: float | None = None  # a build container still running after this is killed
 
     def __init__(self, timeout: int = 3600):
         try:
@@ -318,12 +331,27 @@ class Engine:
             working_dir=CONTAINER_SRC,
             environment=env,
             user=user,
+            labels={LABEL_SESSION: self.session},
             volumes={
                 str(REPO_ROOT): {"bind": CONTAINER_SRC, "mode": "ro"},
                 str(job.stage_dir): {"bind": CONTAINER_OUT, "mode": "rw"},
                 str(ccache_dir): {"bind": CONTAINER_CCACHE, "mode": "rw"},
             },
         )
+        # The log stream below blocks until the container ends: a watchdog kills one that runs too long.
+        timed_out = threading.Event()
+
+        def kill() -> None:
+            timed_out.set()
+            try:
+                container.kill()
+            except self.errors.APIError:
+                pass
+
+        watchdog = threading.Timer(self.build_timeout_s, kill) if self.build_timeout_s else None
+        if watchdog:
+            watchdog.daemon = True
+            watchdog.start()
         try:
             last_stdout = ""
             with job.log_path.open("w") as log:
@@ -338,14 +366,28 @@ class Engine:
                 if buf:
                     log.write(buf.decode(errors="replace") + "\n")
             code = container.wait().get("StatusCode", 1)
+            if timed_out.is_set():
+                raise DockerBuildError(f"[{job.name}] the build ran past {self.build_timeout_s / 60:g} min: killed")
             out = container.logs(stdout=True, stderr=False).decode(errors="replace").strip().splitlines()
             last_stdout = out[-1] if out else ""
             return code, last_stdout
         finally:
+            if watchdog:
+                watchdog.cancel()
             try:
                 container.remove(force=True)
             except self.errors.APIError:
                 pass
+
+    def remove_session_containers(self) -> int:
+        """Remove every build container this run started (after an interrupt); how many."""
+        found = self.client.containers.list(all=True, filters={"label": f"{LABEL_SESSION}={self.session}"})
+        for c in found:
+            try:
+                c.remove(force=True)
+            except self.errors.APIError:
+                pass
+        return len(found)
 
 
 def _digest_of(image) -> str:
@@ -406,6 +448,9 @@ def main() -> int:
     ap.add_argument("--base-image", default="", help="build FROM this image instead of the entry's")
     ap.add_argument("--jobs", type=int, default=1, help="entries built at once (default 1)")
     ap.add_argument(
+        "--timeout-min", type=float, default=120, help="kill an entry's build container after this (default 120)"
+    )
+    ap.add_argument(
         "--out",
         type=Path,
         default=Path(os.environ.get("GEMM_BUILD_DIR") or REPO_ROOT / "build"),
@@ -424,16 +469,29 @@ def main() -> int:
     args = ap.parse_args()
     if args.jobs < 1:
         raise DockerBuildError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.timeout_min <= 0:
+        raise DockerBuildError(f"--timeout-min must be positive, got {args.timeout_min}")
     try:
         jobs = plan(matrix.load(), torch=args.torch, rocm=args.rocm, base_image=args.base_image, out=args.out.resolve())
     except matrix.MatrixError as exc:
         raise DockerBuildError(str(exc)) from None
     files = context_files()
     engine = Engine()
+    engine.build_timeout_s = args.timeout_min * 60
     args.out.mkdir(parents=True, exist_ok=True)
     ccache_dir = args.ccache_dir.resolve()
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        results = list(pool.map(lambda j: run_job(engine, j, files, args.out.resolve(), ccache_dir), jobs))
+    # Ctrl-C, or a CI cancel (SIGINT, then SIGTERM): remove this run's containers at once. Their log streams
+    # then end, so the workers return, instead of the builds running on to their end (or on after we die).
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            try:
+                results = list(pool.map(lambda j: run_job(engine, j, files, args.out.resolve(), ccache_dir), jobs))
+            except KeyboardInterrupt:
+                removed = engine.remove_session_containers()
+                raise DockerBuildError(f"interrupted: removed this run's {removed} build container(s)") from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if args.require_abi:
         for r in results:
             if r.ok and not r.abi_ok:

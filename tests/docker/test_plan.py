@@ -306,3 +306,91 @@ def test_require_abi_fails_only_the_entries_that_break_it(tmp_path, monkeypatch)
     with pytest.raises(db.DockerBuildError, match=r"^\[torch3.4-rocm11.3\] torch34-cxx11-rocm113-x86_64-linux: ABI"):
         db.main()
     assert [r["ok"] for r in json.loads(summary.read_text())] == [True, True, False]
+
+
+class _BlockingContainer:
+    """A build that runs until killed or removed: its log stream blocks until then."""
+
+    def __init__(self):
+        import threading
+
+        self.ended = threading.Event()
+        self.calls: list[str] = []
+
+    def logs(self, stream=False, follow=False, stdout=True, stderr=True):
+        if stream:
+            return self._stream()
+        return b"last line\n"
+
+    def _stream(self):
+        yield b"compiling\n"
+        self.ended.wait(30)
+
+    def wait(self):
+        return {"StatusCode": 137 if "kill" in self.calls else 0}
+
+    def kill(self):
+        self.calls.append("kill")
+        self.ended.set()
+
+    def remove(self, force=False):
+        self.calls.append("remove")
+        self.ended.set()
+
+
+class _Client:
+    def __init__(self, container):
+        self.containers, self.container, self.run_kwargs = self, container, None
+
+    def run(self, *args, **kwargs):
+        self.run_kwargs = kwargs
+        return self.container
+
+
+def test_a_build_container_past_its_time_is_killed_and_removed(tmp_path):
+    import docker.errors
+
+    container = _BlockingContainer()
+    engine = object.__new__(db.Engine)  # no engine needed: the client is a stand-in
+    engine.client, engine.errors, engine.build_timeout_s = _Client(container), docker.errors, 0.3
+    job = db.plan(_entries(), out=tmp_path)[0]
+    job.stage_dir.mkdir(parents=True)
+    with pytest.raises(db.DockerBuildError, match=r"ran past 0.005 min: killed"):
+        engine.run_build(job, "builder:tag", "sha256:" + "1" * 64, tmp_path, 0.0)
+    assert container.calls == ["kill", "remove"]
+    assert engine.client.run_kwargs["labels"] == {db.LABEL_SESSION: engine.session}
+
+
+def test_sigterm_removes_this_runs_build_containers_at_once(tmp_path, monkeypatch):
+    """A CI cancel sends SIGINT, then SIGTERM: the run removes its own labelled containers and fails at
+    once, instead of waiting for the builds (or dying with them left running)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    released = threading.Event()
+
+    class CancelledEngine(FakeEngine):
+        removed = 0
+
+        def run_build(self, job, *a):
+            os.kill(os.getpid(), signal.SIGTERM)  # the cancel arrives mid-build
+            released.wait(20)  # the build runs on until its container is removed
+            return super().run_build(job, *a)
+
+        def remove_session_containers(self):
+            CancelledEngine.removed += 1
+            released.set()
+            return 1
+
+    monkeypatch.setattr(db.matrix, "load", lambda: _entries()[:1])
+    monkeypatch.setattr(db, "Engine", lambda: CancelledEngine(""))
+    monkeypatch.setattr(db, "context_files", lambda: FILES)
+    monkeypatch.setattr(sys, "argv", ["x", "--out", str(tmp_path / "build"), "--ccache-dir", str(tmp_path / "cc")])
+    previous = signal.getsignal(signal.SIGTERM)
+    t0 = time.monotonic()
+    with pytest.raises(db.DockerBuildError, match=r"interrupted: removed this run's 1 build container"):
+        db.main()
+    assert time.monotonic() - t0 < 10 and CancelledEngine.removed == 1
+    assert signal.getsignal(signal.SIGTERM) is previous  # the handler is the run's only
