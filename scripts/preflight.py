@@ -9,6 +9,8 @@ Checks, each reported by name:
 
 - ``rocminfo``: the ROCm runtime answers and lists at least ``--min-gpus`` GPU agents whose ISA is
   ``--arch`` (parsed from ``rocminfo`` output; ``--rocminfo-file`` reads a recording instead);
+- ``one-gpu`` (with ``--one-gpu``): more than one such GPU only when ``HIP_VISIBLE_DEVICES`` or
+  ``ROCR_VISIBLE_DEVICES`` names this runner's (the test container inherits them);
 - ``devices``: ``/dev/kfd`` and ``/dev/dri`` exist (the container device flags need them);
 - ``disk``: every ``--path`` has at least ``--min-free-gb`` GiB free (rocm/pytorch images are ~30 GB);
   with ``--docker-prune``, a short disk first gets old stopped containers, dangling layers, old build
@@ -129,6 +131,25 @@ def check_gpus(agents: list[Agent], arch: str, min_gpus: int) -> Check:
     return Check("rocminfo", True, f"{len(matching)} {arch} GPU(s): {', '.join(names) or arch}", data)
 
 
+VISIBILITY_VARS = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+
+
+def check_one_gpu(agents: list[Agent], arch: str, env: dict[str, str] | os._Environ[str] = os.environ) -> Check:
+    """The GPU test's container gets all of /dev/kfd and /dev/dri: on a host with several GPUs, jobs of
+    runners sharing it would all run on its first GPU (mixed benchmark numbers, shared memory) unless each
+    runner names its own GPU in HIP_VISIBLE_DEVICES or ROCR_VISIBLE_DEVICES, which the container inherits."""
+    count = sum(1 for a in agents if a.device_type.upper() == "GPU" and a.arch == arch)
+    named = [f"{v}={env[v]}" for v in VISIBILITY_VARS if env.get(v)]
+    if count > 1 and not named:
+        return Check(
+            "one-gpu",
+            False,
+            f"rocminfo shows {count} {arch} GPUs and neither {' nor '.join(VISIBILITY_VARS)} is set: give this "
+            "runner one GPU (set one of them in its environment)",
+        )
+    return Check("one-gpu", True, ", ".join(named) if named else f"{count} {arch} GPU on this host")
+
+
 def check_devices(dev_root: Path = Path("/dev")) -> Check:
     missing = [str(dev_root / n) for n in ("kfd", "dri") if not (dev_root / n).exists()]
     if missing:
@@ -247,7 +268,10 @@ def preflight(args: argparse.Namespace) -> list[Check]:
     if not args.no_gpu:
         try:
             text = args.rocminfo_file.read_text() if args.rocminfo_file else run_rocminfo()
-            checks.append(check_gpus(parse_rocminfo(text), args.arch, args.min_gpus))
+            agents = parse_rocminfo(text)
+            checks.append(check_gpus(agents, args.arch, args.min_gpus))
+            if args.one_gpu:
+                checks.append(check_one_gpu(agents, args.arch))
         except (OSError, RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
             checks.append(Check("rocminfo", False, str(exc)))
         checks.append(check_devices(args.dev_root))
@@ -294,6 +318,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--reclaim-hosted",
         action="store_true",
         help="on GitHub-hosted runners only, first delete preinstalled toolchains a build never uses",
+    )
+    p.add_argument(
+        "--one-gpu",
+        action="store_true",
+        help="fail when several GPUs are visible and neither HIP_VISIBLE_DEVICES nor ROCR_VISIBLE_DEVICES names one",
     )
     p.add_argument(
         "--docker-prune",

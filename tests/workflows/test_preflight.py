@@ -158,3 +158,19 @@ def test_the_matrix_images_read_without_pyyaml_are_the_matrix_parsers():
     from scripts import matrix
 
     assert preflight.matrix_images() == {e.image for e in matrix.load()}
+
+
+def test_one_gpu_needs_the_runner_to_name_its_gpu_on_a_shared_host(tmp_path, dev_root, monkeypatch):
+    """The recorded host has 2 MI300X: without a visibility variable every job's container would run on the
+    first; with one, the check passes (and without --one-gpu it is not made)."""
+    for var in preflight.VISIBILITY_VARS:
+        monkeypatch.delenv(var, raising=False)
+    argv = ["--rocminfo-file", str(SAMPLE), "--dev-root", str(dev_root), "--min-free-gb", "0",
+            "--path", str(tmp_path), "--json", str(tmp_path / "p.json")]  # fmt: skip
+    assert preflight.main(argv) == 0
+    assert preflight.main([*argv, "--one-gpu"]) == 1
+    report = json.loads((tmp_path / "p.json").read_text())
+    failed = [c for c in report["checks"] if not c["ok"]]
+    assert [c["name"] for c in failed] == ["one-gpu"] and "2 gfx942 GPUs" in failed[0]["detail"]
+    monkeypatch.setenv("ROCR_VISIBLE_DEVICES", "1")
+    assert preflight.main([*argv, "--one-gpu"]) == 0
