@@ -111,8 +111,12 @@ class Check:
     data: dict = field(default_factory=dict)
 
 
+def _gpus(agents: list[Agent]) -> list[Agent]:
+    return [a for a in agents if a.device_type.upper() == "GPU"]
+
+
 def check_gpus(agents: list[Agent], arch: str, min_gpus: int) -> Check:
-    gpus = [a for a in agents if a.device_type.upper() == "GPU"]
+    gpus = _gpus(agents)
     matching = [a for a in gpus if a.arch == arch]
     data = {
         "gpus": [asdict(a) | {"arch": a.arch} for a in gpus],
@@ -138,7 +142,7 @@ def check_one_gpu(agents: list[Agent], arch: str, env: dict[str, str] | os._Envi
     """The GPU test's container gets all of /dev/kfd and /dev/dri: on a host with several GPUs, jobs of
     runners sharing it would all run on its first GPU (mixed benchmark numbers, shared memory) unless each
     runner names its own GPU in HIP_VISIBLE_DEVICES or ROCR_VISIBLE_DEVICES, which the container inherits."""
-    count = sum(1 for a in agents if a.device_type.upper() == "GPU" and a.arch == arch)
+    count = sum(1 for a in _gpus(agents) if a.arch == arch)
     named = [f"{v}={env[v]}" for v in VISIBILITY_VARS if env.get(v)]
     if count > 1 and not named:
         return Check(
@@ -210,7 +214,7 @@ def matrix_images(path: Path = MATRIX_FILE) -> set[str] | None:
     return set(re.findall(r"^\s*image:\s*[\"']?([^\s\"'#]+)", text, flags=re.M))
 
 
-def prune_docker(older_than_h: int = 72, keep_images: set[str] | None = None) -> Check:
+def prune_docker(older_than_h: int = 72) -> Check:
     """Free docker disk on a low runner without touching what a neighbouring job on the same engine may be
     about to use: stopped containers created more than `older_than_h` hours ago, dangling image layers, build
     cache unused for that long, and rocm/pytorch images the current matrix does not name (removed without
@@ -229,7 +233,7 @@ def prune_docker(older_than_h: int = 72, keep_images: set[str] | None = None) ->
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
         if proc.returncode:
             return Check("prune", False, f"{' '.join(cmd[1:3])} exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
-    keep = matrix_images() if keep_images is None else keep_images
+    keep = matrix_images()
     stale: list[str] = []
     if keep is not None:  # without the matrix, no image is known to be stale
         listed = subprocess.run(

@@ -240,7 +240,8 @@ def release_refusals(
             for name, result in sorted(checks.items()):
                 if not isinstance(result, dict) or result.get("ok") is not True:
                     v.refusals.append(f"check '{name}' did not pass")
-            chosen = (checks.get("loader") or {}).get("chosen") if isinstance(checks.get("loader"), dict) else None
+            loader = checks.get("loader")
+            chosen = loader.get("chosen") if isinstance(loader, dict) else None
             if chosen != v.name:
                 v.refusals.append(f"the loader check chose {chosen!r}, not this directory")
         prov = v.meta.get("provenance")

@@ -117,20 +117,23 @@ def test_sustained_times_only_the_window_after_settling():
     assert t_before + 0.05 <= t0 < t1 and t1 - t0 >= 0.1
 
 
+class _NoGraphs:
+    """A stand-in torch whose CUDA graph capture fails: batched() falls back to plain launches."""
+
+    class cuda:  # noqa: N801 (mirrors torch.cuda)
+        synchronize = staticmethod(lambda: None)
+
+        class CUDAGraph:
+            def __init__(self) -> None:
+                raise RuntimeError("no capture here")
+
+
 def test_batched_without_a_graph_keeps_the_last_calls_output():
     """Where capture fails (here: no CUDA at all), the calls run one by one and the checked output is the
     last one's, not the warm-up's."""
     outputs = iter(range(100))
 
-    class NoGraphs:
-        class cuda:  # noqa: N801 (mirrors torch.cuda)
-            synchronize = staticmethod(lambda: None)
-
-            class CUDAGraph:
-                def __init__(self) -> None:
-                    raise RuntimeError("no capture here")
-
-    run_batch, launch, last_output = clocks.batched(lambda: next(outputs), NoGraphs)
+    run_batch, launch, last_output = clocks.batched(lambda: next(outputs), _NoGraphs)
     assert launch == "eager"
     run_batch()
     assert last_output() == 2 + clocks.BATCH  # three warm-up calls, then a batch
@@ -149,15 +152,7 @@ def test_batched_poisons_a_reused_output_so_only_the_timed_calls_fill_it():
             buffer.fill_(1.0)
         return buffer
 
-    class NoGraphs:
-        class cuda:  # noqa: N801 (mirrors torch.cuda)
-            synchronize = staticmethod(lambda: None)
-
-            class CUDAGraph:
-                def __init__(self) -> None:
-                    raise RuntimeError("no capture here")
-
-    run_batch, _, last_output = clocks.batched(computes_only_while_warming_up, NoGraphs)
+    run_batch, _, last_output = clocks.batched(computes_only_while_warming_up, _NoGraphs)
     run_batch()
     assert last_output() is buffer and torch.isnan(buffer).all()
 
