@@ -11,6 +11,8 @@ Linters, run in this order, all of them even after a failure:
 - ``zizmor``: the security audits on .github/ (workflows and dependabot.yml), ``--offline`` so
   CI needs no GitHub API token; every finding fails;
 - ``hadolint``: docker/Dockerfile; skipped, with the reason printed, only if that file does not exist.
+- ``shellcheck``: the repository's own shell scripts (``.ci/*`` and ``scripts/*.sh``, found by their
+  ``#!`` line), which no workflow's ``run:`` covers.
 
 Tools are looked up next to this interpreter first (the venv's ``bin/``), then on PATH.
 Exit status: 0 when every selected linter passes, 1 when any reports findings, 2 when a tool is missing.
@@ -133,11 +135,34 @@ def lint_hadolint(root: Path) -> Result:
     return Result("hadolint", "ok", str(DOCKERFILE))
 
 
+def shell_scripts(root: Path) -> list[Path]:
+    """The bash scripts of .ci/ and scripts/ (by the #! line: .ci/run has no extension)."""
+    found = []
+    for path in sorted([*(root / ".ci").glob("*"), *(root / "scripts").glob("*.sh")]):
+        if path.is_file():
+            with path.open("rb") as f:
+                first = f.readline()
+            if first.startswith(b"#!") and (b"bash" in first or first.rstrip().endswith(b"/sh")):
+                found.append(path.relative_to(root))
+    return found
+
+
+def lint_shellcheck(root: Path) -> Result:
+    files = shell_scripts(root)
+    if not files:
+        return Result("shellcheck", "skipped", "no shell scripts")
+    proc = _run([find_tool("shellcheck"), *map(str, files)], root)
+    if proc.returncode:
+        return Result("shellcheck", "failed", "findings in the shell scripts")
+    return Result("shellcheck", "ok", ", ".join(map(str, files)))
+
+
 LINTERS: dict[str, Callable[[Path], Result]] = {
     "ruff": lint_ruff,
     "actionlint": lint_actionlint,
     "zizmor": lint_zizmor,
     "hadolint": lint_hadolint,
+    "shellcheck": lint_shellcheck,
 }
 
 

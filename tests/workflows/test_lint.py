@@ -79,3 +79,17 @@ def test_missing_tool_is_reported_not_skipped(monkeypatch, tmp_path):
     monkeypatch.setattr(lint.sys, "executable", str(tmp_path / "bin" / "python"))
     (results,) = lint.run_linters(["actionlint"], root=wf.REPO_ROOT)
     assert results.status == "missing" and "actionlint not found" in results.detail
+
+
+def test_shellcheck_covers_the_repositorys_scripts_and_catches_a_planted_problem(tmp_path):
+    files = {str(f) for f in lint.shell_scripts(wf.REPO_ROOT)}
+    assert {".ci/run", ".ci/system-deps", ".ci/cuda-toolkit", "scripts/device_run.sh"} <= files
+    assert ".ci/apt-packages.txt" not in files
+    assert lint.lint_shellcheck(wf.REPO_ROOT).status == "ok"
+    root = tmp_path / "repo"
+    (root / ".ci").mkdir(parents=True)
+    (root / "scripts").mkdir()
+    (root / ".ci/run").write_text("#!/usr/bin/env bash\nset -eu\nrm -rf $1/x\n")  # SC2086: unquoted
+    assert lint.lint_shellcheck(root).status == "failed"
+    (root / ".ci/run").write_text('#!/usr/bin/env bash\nset -eu\nrm -rf "$1/x"\n')
+    assert lint.lint_shellcheck(root).status == "ok"
