@@ -3,8 +3,11 @@ imported from the source tree), and fresh random problems in both layouts."""
 
 from __future__ import annotations
 
+import itertools
 import os
+import random
 import sys
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +20,20 @@ if str(REPO_ROOT) not in sys.path:
 
 BUILD_DIR = Path(os.environ.get("GEMM_BUILD_DIR", REPO_ROOT / "build"))
 BLOCK = 128
+
+# Fresh random problems every session, reproducible: GEMM_TEST_SEED=<the header's number> draws the same ones.
+SESSION_SEED = int(os.environ.get("GEMM_TEST_SEED") or random.SystemRandom().randrange(2**31))
+
+
+def pytest_report_header(config) -> str:
+    return f"gemm: random problems from GEMM_TEST_SEED={SESSION_SEED} (set it to draw the same ones again)"
+
+
+@pytest.fixture
+def seeds(request):
+    """Seeds for this test's problems: from the session's seed and the test's own id, so a test draws the
+    same problems whichever other tests ran before it (rerun one test id with GEMM_TEST_SEED to repeat it)."""
+    return itertools.count((SESSION_SEED + zlib.crc32(request.node.nodeid.encode())) % 2**31)
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,6 @@ measures how much is needed.
 
 from __future__ import annotations
 
-import itertools
 import pathlib
 import re
 
@@ -24,8 +23,6 @@ import pytest
 import torch
 
 from tests.conftest import assert_seed_matches, make_problem, poisoned_output
-
-_seeds = itertools.count(5000)
 
 # Shapes chosen to cross the heuristic's tile choices (few tiles -> 64-row tiles, many -> 128x128,
 # narrow N with deep K), N % 8 != 0 (padded output), M % 16 != 0 (byte-wise seed transpose).
@@ -102,9 +99,9 @@ def assert_matches(kernel, out: torch.Tensor, p, what: str) -> None:
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=_id)
-def test_both_layouts(cuda_kernel, shape):
+def test_both_layouts(cuda_kernel, shape, seeds):
     m, n, k = shape
-    seed = next(_seeds)
+    seed = next(seeds)
     p = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", seed)
     c = poisoned_output(m, n, "cuda")
     assert cuda_kernel.gemm(p.a, p.b, p.a_scale, p.b_scale, c) is c
@@ -114,10 +111,10 @@ def test_both_layouts(cuda_kernel, shape):
     assert_matches(cuda_kernel, out, p, f"natural {_id(shape)} seed={seed}")
 
 
-def test_output_rows_not_16_byte_aligned(cuda_kernel):
+def test_output_rows_not_16_byte_aligned(cuda_kernel, seeds):
     """An output view whose rows start off a 16-byte boundary goes through the padded scratch."""
     m, n, k = 64, 264, 256
-    p = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(_seeds))
+    p = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(seeds))
     backing = torch.full((m * n + 1,), float("nan"), dtype=torch.bfloat16, device="cuda")
     out = backing[1:].view(m, n)  # contiguous, data_ptr 2 bytes past the allocation
     cuda_kernel.gemm_natural(*p.natural(), out)
@@ -141,7 +138,7 @@ def _fused_on_the_ops_path() -> bool:
     return value == "true"
 
 
-def test_seed_layout_takes_the_kernel_that_pick_seed_fused_names(cuda_kernel):
+def test_seed_layout_takes_the_kernel_that_pick_seed_fused_names(cuda_kernel, seeds):
     """At 512x4096x512 (short K) pick_seed_fused takes the fused seed kernel: it is what runs while
     kSeedFusedOnTheOpsPath is on (since run 125), the preparation pass otherwise. At
     1024x1536x7168 (one wave of tiles, M + N < 6144) the preparation pass runs either way. Views of a and b
@@ -149,7 +146,7 @@ def test_seed_layout_takes_the_kernel_that_pick_seed_fused_names(cuda_kernel):
     right answer."""
     on = _fused_on_the_ops_path()
     for m, n, k, fused in ((512, 4096, 512, on), (1024, 1536, 7168, False)):
-        p = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(_seeds))
+        p = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(seeds))
         c = poisoned_output(m, n, "cuda")
         names = _kernel_names(lambda p=p, c=c: cuda_kernel.gemm(p.a, p.b, p.a_scale, p.b_scale, c))
         took = (any("seed_fused_kernel" in s for s in names), any("seed_prep" in s for s in names))
@@ -163,7 +160,7 @@ def test_seed_layout_takes_the_kernel_that_pick_seed_fused_names(cuda_kernel):
         return view
 
     m, n, k = 512, 4096, 512
-    p = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(_seeds))
+    p = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(seeds))
     # a_scale's view may take the fused kernel: its scales are copied 4 bytes at a time.
     for what, args, may_fuse in (
         ("a one byte off", (shifted(p.a, 1), p.b, p.a_scale, p.b_scale), False),
@@ -179,7 +176,7 @@ def test_seed_layout_takes_the_kernel_that_pick_seed_fused_names(cuda_kernel):
 _SEED_A_KERNEL = re.compile(r"wgmma_gemm_kernel<\d+, \d, (?:true|false), true>")
 
 
-def test_seed_layout_reads_a_as_it_is_where_the_configuration_can(cuda_kernel):
+def test_seed_layout_reads_a_as_it_is_where_the_configuration_can(cuda_kernel, seeds):
     """Where pick_seed_a (gemm_cuda_pick.h) names a configuration, N <= 1024 on the hand-written 128x128,
     128x192 or 192x128 kernel, and M % 16 == 0, the seed layout's preparation pass transposes b alone and
     the GEMM reads a as it is (wgmma_gemm_kernel<.., seed A = true>). Elsewhere (wider N, other
@@ -194,7 +191,7 @@ def test_seed_layout_reads_a_as_it_is_where_the_configuration_can(cuda_kernel):
         ((5800, 512, 4096), False),  # 192x128, but 5800 % 16 != 0
     )
     for (m, n, k), raw in cases:
-        p = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(_seeds))
+        p = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(seeds))
         c = poisoned_output(m, n, "cuda")
         names = _kernel_names(lambda p=p, c=c: cuda_kernel.gemm(p.a, p.b, p.a_scale, p.b_scale, c))
         assert any("seed_prep" in s for s in names), ((m, n, k), names)
@@ -202,9 +199,9 @@ def test_seed_layout_reads_a_as_it_is_where_the_configuration_can(cuda_kernel):
         assert_matches(cuda_kernel, c, p, f"seed {m}x{n}x{k}")
 
 
-def test_runs_on_the_current_stream(cuda_kernel):
+def test_runs_on_the_current_stream(cuda_kernel, seeds):
     m, n, k = 512, 1024, 2048
-    p = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(_seeds))
+    p = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(seeds))
     x, w, xs, ws = p.natural()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -233,11 +230,11 @@ GRAPH_SHAPES = [
 
 
 @pytest.mark.parametrize("shape", GRAPH_SHAPES, ids=_id)
-def test_cuda_graph_capture_and_replay(cuda_kernel, shape):
+def test_cuda_graph_capture_and_replay(cuda_kernel, shape, seeds):
     """Serving stacks capture decode steps in CUDA graphs: both layouts must capture (no host sync, no
     legacy-stream work, scratch from the graph's pool) and a replay must compute on the inputs' new values."""
     m, n, k = shape
-    first = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(_seeds))
+    first = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(seeds))
     x, w, xs, ws = (t.clone() for t in first.natural())
     a, b, sa, sb = (t.clone() for t in (first.a, first.b, first.a_scale, first.b_scale))
     out, c = poisoned_output(m, n, "cuda"), poisoned_output(m, n, "cuda")
@@ -252,7 +249,7 @@ def test_cuda_graph_capture_and_replay(cuda_kernel, shape):
     # New values in the captured inputs, poisoned outputs: the replay alone must write the right answer,
     # twice (state a replay leaves behind, such as a split tail's counters, must not spoil the next).
     for replay in (1, 2):
-        p = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(_seeds))
+        p = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(seeds))
         for dst, src in zip((x, w, xs, ws, a, b, sa, sb), (*p.natural(), p.a, p.b, p.a_scale, p.b_scale), strict=True):
             dst.copy_(src)
         out.fill_(float("nan"))
@@ -263,11 +260,11 @@ def test_cuda_graph_capture_and_replay(cuda_kernel, shape):
         assert_matches(cuda_kernel, c, p, f"seed {_id(shape)}, graph replay {replay}")
 
 
-def test_deterministic(cuda_kernel):
+def test_deterministic(cuda_kernel, seeds):
     """Same inputs, same bits: no race between CTAs (the split tiles' in-kernel sums, whichever piece
     arrives last, and the decode kernel's K slices included)."""
     for shape in ((1024, 576, 7168), (6144, 1536, 7168), (3, 520, 7168)):
-        p = make_problem(*shape, torch.float8_e4m3fn, "cuda", next(_seeds))
+        p = make_problem(*shape, torch.float8_e4m3fn, "cuda", next(seeds))
         x, w, xs, ws = p.natural()
         first = cuda_kernel.gemm_natural(x, w, xs, ws)
         for _ in range(2):
@@ -275,8 +272,8 @@ def test_deterministic(cuda_kernel):
         assert torch.equal(cuda_kernel.gemm(p.a, p.b, p.a_scale, p.b_scale), first), _id(shape)
 
 
-def test_rejects_e4m3fnuz(cuda_kernel):
-    p = make_problem(64, 64, 128, torch.float8_e4m3fnuz, "cuda", next(_seeds))
+def test_rejects_e4m3fnuz(cuda_kernel, seeds):
+    p = make_problem(64, 64, 128, torch.float8_e4m3fnuz, "cuda", next(seeds))
     c = poisoned_output(64, 64, "cuda")
     with pytest.raises((TypeError, ValueError, RuntimeError), match="a"):
         cuda_kernel.gemm(p.a, p.b, p.a_scale, p.b_scale, c)

@@ -276,17 +276,52 @@ def test_loads_from_offline_hub_cache(variant_dir, tmp_path):
     assert "snapshots" not in out  # loaded under the metadata id, not imported from a source tree
 
 
-def test_build_is_atomic_and_reproducible(tmp_path):
-    """A second build into a fresh directory gives the same ops name and the same non-binary files."""
+def _stand_in_compiler(variant_dir: Path, real_run):
+    """build.run with the compile and link commands stood in for: the link writes the built variant's .so to
+    the path it names, the compiles do nothing. Everything else (git, the compiler's --version, the layout,
+    metadata, digest) runs for real."""
+    so_bytes = next(variant_dir.glob("*.abi3.so")).read_bytes()
+
+    def run(cmd, **kwargs):
+        if "-shared" in cmd:
+            Path(cmd[cmd.index("-o") + 1]).write_bytes(so_bytes)
+            return ""
+        if "-c" in cmd and "-o" in cmd:
+            return ""
+        return real_run(cmd, **kwargs)
+
+    return run
+
+
+def test_build_is_atomic_and_reproducible(variant_dir, tmp_path, monkeypatch):
+    """Two builds into fresh directories lay out the same files, byte for byte (the .so aside, here the same
+    bytes by construction); a build that fails while laying out leaves no staging directory and the
+    variant already there untouched."""
     from scripts import build as build_stage
 
-    config = buildconfig.load(REPO_ROOT)
-    backend = variant.torch_backend().name
-    plan_a = build_stage.make_plan(config, backend, tmp_path / "a")
-    plan_b = build_stage.make_plan(config, backend, tmp_path / "b")
-    assert plan_a.ops_name == plan_b.ops_name
-    assert plan_a.variant == variant.variant_name()
-    assert not list(Path(REPO_ROOT / "build").glob(".staging-*")), "a half-built variant was left behind"
+    monkeypatch.setattr(build_stage, "run", _stand_in_compiler(variant_dir, build_stage.run))
+    a = build_stage.build(out=tmp_path / "a", backend="cpu", run_checks=False)
+    b = build_stage.build(out=tmp_path / "b", backend="cpu", run_checks=False)
+    assert a.name == b.name == variant.variant_name()
+
+    def files(d: Path) -> dict[str, bytes]:
+        return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+    fa, fb = files(a), files(b)
+    assert sorted(fa) == sorted(fb) and "metadata.json" in fa and "symbols.json" in fa
+    differ = [name for name in fa if fa[name] != fb[name]]
+    assert not differ, f"two builds of the same tree differ in {differ}"
+
+    before = files(a)
+
+    def fails(package):
+        raise RuntimeError("planted failure while laying out")
+
+    monkeypatch.setattr(build_stage, "symbols", fails)
+    with pytest.raises(RuntimeError, match="planted failure"):
+        build_stage.build(out=tmp_path / "a", backend="cpu", run_checks=False)
+    assert not list((tmp_path / "a").glob(".staging-*")), "a half-built variant was left behind"
+    assert files(a) == before, "the variant already there was touched by a build that failed"
 
 
 def test_symbols_json_lists_what_the_loaded_kernel_exports(variant_dir, build_dir, kernel):

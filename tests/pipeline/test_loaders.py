@@ -162,3 +162,22 @@ def test_the_build_names_a_rocm_variant_after_torch_version_rocm(monkeypatch):
     monkeypatch.setattr(torch.version, "hip", "7.15.25432")
     assert variant.torch_backend().name == "rocm"
     assert variant.variant_name() == matrix.variant_name(torch.__version__, "10.0")
+
+
+def test_a_variant_that_loads_but_computes_wrong_results_fails_the_smoke_and_loader_checks(variant_dir, tmp_path):
+    """The checks call the op and compare with the fp32 reference: loading is not enough. The planted
+    fault (every result 1.5x too large) is re-digested, so no loader refuses the files first."""
+    vdir = _copy_variant(variant_dir, tmp_path)
+    with (vdir / "__init__.py").open("a") as fh:
+        fh.write("\n_exact_gemm = gemm\n\n\ndef gemm(*args, **kwargs):  # planted fault\n"
+                 "    return _exact_gemm(*args, **kwargs) * 1.5\n")  # fmt: skip
+    meta = json.loads((vdir / "metadata.json").read_text())
+    meta["digest"] = check.digest_json(vdir)
+    (vdir / "metadata.json").write_text(json.dumps(meta))
+    check.verify_digest(vdir)
+    with pytest.raises(CheckError, match="disagrees with the reference"):
+        check.smoke_verdict(vdir, vdir.parent, meta["backend"]["type"])
+    verdict = check.loaders_verdict(vdir, vdir.parent, meta["backend"]["type"], meta["kernels-minver"])
+    assert not verdict["ok"] and verdict["failures"]
+    for result in verdict["releases"].values():
+        assert result["ran"] and result["within_tolerance"] is False and not result["ok"]

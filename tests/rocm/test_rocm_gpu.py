@@ -5,7 +5,6 @@ ROCm torch and a visible GPU; the project's MI300X runners run it."""
 
 from __future__ import annotations
 
-import itertools
 import random
 
 import pytest
@@ -22,7 +21,6 @@ pytestmark = pytest.mark.skipif(
 
 FP8 = torch.float8_e4m3fnuz
 BLOCK = 128
-_seeds = itertools.count(31000)
 
 
 def _id(shape: tuple[int, int, int]) -> str:
@@ -64,8 +62,8 @@ def run_both_layouts(rocm, m, n, k, seed):
 
 
 @pytest.mark.parametrize("shape", list(TEST_SHAPES) + list(BENCH_SHAPES), ids=_id)
-def test_contract_shapes(rocm, shape):
-    run_both_layouts(rocm, *shape, next(_seeds))
+def test_contract_shapes(rocm, shape, seeds):
+    run_both_layouts(rocm, *shape, next(seeds))
 
 
 def _random_shapes(count: int, seed: int) -> list[tuple[int, int, int]]:
@@ -83,15 +81,15 @@ EDGE_SHAPES = [(1, 1, 128), (1, 7168, 7168), (3, 5, 128), (129, 127, 256), (257,
 
 
 @pytest.mark.parametrize("shape", EDGE_SHAPES + _random_shapes(12, 20261202), ids=_id)
-def test_edge_and_random_shapes(rocm, shape):
-    run_both_layouts(rocm, *shape, next(_seeds))
+def test_edge_and_random_shapes(rocm, shape, seeds):
+    run_both_layouts(rocm, *shape, next(seeds))
 
 
-def test_misaligned_storage_takes_the_byte_path(rocm):
+def test_misaligned_storage_takes_the_byte_path(rocm, seeds):
     """Contiguous tensors whose data starts 1 byte into their storage: the vector loads' alignment
     does not hold, the kernel must still be right (byte-load path)."""
     m, n, k = 130, 300, 512
-    p = make_problem(m, n, k, FP8, "cuda", next(_seeds))
+    p = make_problem(m, n, k, FP8, "cuda", next(seeds))
     ref = reference(p.a, p.b, p.a_scale, p.b_scale)
 
     def shifted(t: torch.Tensor) -> torch.Tensor:
@@ -110,10 +108,10 @@ def test_misaligned_storage_takes_the_byte_path(rocm):
     assert_matches(out, ref, "natural layout, misaligned x/w")
 
 
-def test_signed_scales_are_applied_per_block(rocm):
+def test_signed_scales_are_applied_per_block(rocm, seeds):
     """All-negative scales flip the sign; one flipped K-block changes the result."""
     m, n, k = 96, 640, 1024
-    p = make_problem(m, n, k, FP8, "cuda", next(_seeds))
+    p = make_problem(m, n, k, FP8, "cuda", next(seeds))
     base = rocm.gemm(p.a, p.b, p.a_scale.abs(), p.b_scale.abs())
     neg = rocm.gemm(p.a, p.b, -p.a_scale.abs(), p.b_scale.abs())
     assert_matches(neg, -base.float(), "negated a_scale")
@@ -124,12 +122,12 @@ def test_signed_scales_are_applied_per_block(rocm):
     assert not torch.equal(out, base)
 
 
-def test_runs_on_the_current_stream(rocm):
+def test_runs_on_the_current_stream(rocm, seeds):
     """Inputs produced on a side stream, the op called under it, synchronised only with it."""
     m, n, k = 1024, 576, 7168  # a split-K plan: GEMM + reduce kernels, workspace from the allocator
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
-        p = make_problem(m, n, k, FP8, "cuda", next(_seeds))
+        p = make_problem(m, n, k, FP8, "cuda", next(seeds))
         c = poisoned_output(m, n, "cuda")
         rocm.gemm(p.a, p.b, p.a_scale, p.b_scale, c)
         ref = reference(p.a, p.b, p.a_scale, p.b_scale)
@@ -137,11 +135,11 @@ def test_runs_on_the_current_stream(rocm):
     assert_matches(c, ref, "side stream")
 
 
-def test_repeated_calls_reuse_workspace(rocm):
+def test_repeated_calls_reuse_workspace(rocm, seeds):
     """Split-K scratch comes from torch's caching allocator, bounded (256 MiB, gemm_plan.h), and is
     given back: repeated calls do not grow memory."""
     m, n, k = 1024, 512, 7168
-    p = make_problem(m, n, k, FP8, "cuda", next(_seeds))
+    p = make_problem(m, n, k, FP8, "cuda", next(seeds))
     out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
     rocm.gemm(p.a, p.b, p.a_scale, p.b_scale, out)
     torch.cuda.synchronize()
