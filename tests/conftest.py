@@ -29,6 +29,11 @@ def pytest_report_header(config) -> str:
     return f"gemm: random problems from GEMM_TEST_SEED={SESSION_SEED} (set it to draw the same ones again)"
 
 
+def pytest_terminal_summary(terminalreporter) -> None:
+    # Again at the end, where -q (which hides the header) and a log's tail still show it.
+    terminalreporter.write_line(f"gemm: random problems from GEMM_TEST_SEED={SESSION_SEED}")
+
+
 @pytest.fixture
 def seeds(request):
     """Seeds for this test's problems: from the session's seed and the test's own id, so a test draws the

@@ -179,5 +179,6 @@ def test_a_variant_that_loads_but_computes_wrong_results_fails_the_smoke_and_loa
         check.smoke_verdict(vdir, vdir.parent, meta["backend"]["type"])
     verdict = check.loaders_verdict(vdir, vdir.parent, meta["backend"]["type"], meta["kernels-minver"])
     assert not verdict["ok"] and verdict["failures"]
-    for result in verdict["releases"].values():
-        assert result["ran"] and result["within_tolerance"] is False and not result["ok"]
+    for release, result in verdict["releases"].items():
+        if result["required"]:  # an older release may not load the variant at all (no "ran" then)
+            assert result.get("ran") and result.get("within_tolerance") is False and not result["ok"], release
