@@ -401,7 +401,7 @@ __device__ __forceinline__ void tile_coords(int pid, int tiles_m, int tiles_n, i
 }
 
 // ---------------------------------------------------------------------------------------------
-// The GEMM kernel. grid = (tiles_m * tiles_n, splits), block = Cfg::THREADS.
+// The GEMM kernel. grid = (Plan::grid_x, splits, Plan::grid_z) covering tiles_m * tiles_n, block = Cfg::THREADS.
 template <class Cfg, int LAYOUT, bool VEC>
 __global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(Args p) {
   using M = Mfma<Cfg::MT>;
@@ -422,8 +422,12 @@ __global__ __launch_bounds__(Cfg::THREADS, Cfg::WAVES_PER_EU) void gemm_kernel(A
   const int wm0 = Cfg::wave_m0(wave);
   const int wn0 = Cfg::wave_n0(wave);
 
+  // Block z * gridDim.x + x (Plan::grid_z > 1 only past HIP's per-dimension limit): the last row's blocks
+  // past the last tile leave here, the whole block at once, before any barrier.
+  const int pid = (int)(blockIdx.z * gridDim.x + blockIdx.x);
+  if (pid >= p.tiles_m * p.tiles_n) return;
   int tm, tn;
-  tile_coords(blockIdx.x, p.tiles_m, p.tiles_n, tm, tn);
+  tile_coords(pid, p.tiles_m, p.tiles_n, tm, tn);
   const int m0 = tm * BM, n0 = tn * BN;
   const int M_ = p.M, N_ = p.N;
   const int KB = p.K / kBK;
@@ -623,7 +627,7 @@ struct KernelOf {
 template <int C, class Launch>
 inline void launch_config(const Args& args, const Plan& plan, int layout, Launch&& launch) {
   using Cfg = typename CfgOf<C>::type;
-  const dim3 grid((unsigned)(plan.tiles_m * plan.tiles_n), (unsigned)plan.splits, 1u);
+  const dim3 grid((unsigned)plan.grid_x, (unsigned)plan.splits, (unsigned)plan.grid_z);
   const dim3 block((unsigned)Cfg::THREADS, 1u, 1u);
   if (layout == kSeed) {
     if (plan.vec)

@@ -58,6 +58,7 @@ struct Plan {
   int splits = 1;        // split-K factor actually used (every split non-empty)
   int kb_per_split = 1;  // K-blocks of 128 per split
   int tiles_m = 1, tiles_n = 1;
+  int grid_x = 1, grid_z = 1;  // the tiles' blocks: along x, and along z too past HIP's limit (set_grid)
   bool vec = true;       // vector global loads (alignment holds); else byte loads
   size_t workspace_bytes = 0;  // fp32 [splits][M][N] when splits > 1
   double est_seconds = 0.0;    // cost-model estimate (design note / diagnostics only)
@@ -85,6 +86,22 @@ inline double estimate_seconds(int M, int N, int K, int layout, int config, int 
   double t = (t_compute > t_mem ? t_compute : t_mem) + kPrologueSec;
   if (s > 1) t += kLaunchGapSec;
   return t;
+}
+
+// HIP refuses a launch whose grid times block passes 2^32 - 1 work-items along any dimension (hipamd checks
+// each dimension's global work size), which one grid row of tiles would at M <= ~20 and N near 2^30.
+constexpr unsigned long long kMaxWorkItemsPerDim = 0xffffffffull;
+
+// The grid of a plan's tiles: grid_x blocks along x within `limit` work-items, grid_z rows of them (1 unless
+// the tiles need more). The kernel numbers its block z * grid_x + x; the blocks past the last tile (fewer
+// than grid_x, in the last row) return at once. A smaller `limit` forces rows (the emulator's tests).
+inline void set_grid(Plan& p, unsigned long long limit = kMaxWorkItemsPerDim) {
+  const ConfigInfo& ci = config_info(p.config);
+  const long long threads = 64LL * ci.waves_m * ci.waves_n;
+  const long long tiles = (long long)p.tiles_m * p.tiles_n;
+  const long long per_row = (long long)(limit / (unsigned long long)threads);
+  p.grid_z = int((tiles + per_row - 1) / per_row);
+  p.grid_x = int((tiles + p.grid_z - 1) / p.grid_z);
 }
 
 inline Plan make_plan(int M, int N, int K, int layout, bool aligned, int force_config = -1,
@@ -118,6 +135,7 @@ inline Plan make_plan(int M, int N, int K, int layout, bool aligned, int force_c
   best.tiles_m = ceil_div(M, ci.bm);
   best.tiles_n = ceil_div(N, ci.bn);
   best.vec = aligned;
+  set_grid(best);
   return best;
 }
 

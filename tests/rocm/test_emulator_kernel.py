@@ -104,7 +104,8 @@ def _reference(A, B, sa, sb) -> torch.Tensor:
     return Af @ Bf.T
 
 
-def _run_case(builder, tmp_path, sanitizer, case):
+def _run_case(builder, tmp_path, sanitizer, case, row: int = 0):
+    """row > 0: at most that many blocks a grid row, so the tiles go over z (gemm_plan.h set_grid)."""
     layout, config, splits, path, m, n, k = case
     seed = random.SystemRandom().randrange(2**31)
     gen = torch.Generator().manual_seed(seed)
@@ -119,7 +120,8 @@ def _run_case(builder, tmp_path, sanitizer, case):
     poison.numpy().tofile(tmp_path / "c.bin")
 
     exe = builder.build(DRIVER, sanitizer)
-    proc = emu_build.run(exe, [layout, config, splits, path, m, n, k, tmp_path], sanitizer, timeout=900)
+    args = [layout, config, splits, path, m, n, k, tmp_path] + ([row] if row else [])
+    proc = emu_build.run(exe, args, sanitizer, timeout=900)
     plan = json.loads(proc.stdout.strip().splitlines()[-1])
     msg = f"seed={seed} case={_case_id(case)} sanitizer={sanitizer} plan={plan}"
 
@@ -133,6 +135,12 @@ def _run_case(builder, tmp_path, sanitizer, case):
         per = -(-kbs // min(splits, kbs))
         assert plan["splits"] == -(-kbs // per) and plan["kb_per_split"] == per, msg
     assert plan["vec"] == (path == "vec"), msg
+    tiles = plan["tiles_m"] * plan["tiles_n"]
+    if row:  # rows of `row` blocks at most, fewer than one row spare
+        z = -(-tiles // row)
+        assert (plan["grid_x"], plan["grid_z"]) == (-(-tiles // z), z) and z > 1, msg
+    else:
+        assert (plan["grid_x"], plan["grid_z"]) == (tiles, 1), msg
     assert plan["launches"] == (2 if plan["splits"] > 1 else 1), msg
 
     out = torch.from_numpy(np.fromfile(tmp_path / "c.bin", dtype=np.int16)).view(torch.bfloat16).reshape(m, n).float()
@@ -156,6 +164,23 @@ def _run_case(builder, tmp_path, sanitizer, case):
 @pytest.mark.parametrize("case", ASAN_CASES, ids=_case_id)
 def test_kernel_matches_reference_asan_ubsan(builder, tmp_path, case):
     _run_case(builder, tmp_path, "asan", case)
+
+
+# The tiles over several grid rows, as on the GPU past HIP's 2^32 - 1 work-items a dimension (M of a few rows,
+# N near 2^30): (case, blocks a row). 32 tiles in rows of 5: 7 rows, 3 blocks past the last tile; 9 tiles
+# in rows of 2 with split-K: 5 rows, 1 spare; 4 tiles in rows of 3 on the byte path.
+ROW_CASES = [
+    (("seed", 2, 1, "vec", 1024, 128, 128), 5),
+    (("natural", 1, 2, "vec", 300, 260, 384), 2),
+    (("seed", 0, 1, "bytes", 300, 200, 128), 3),
+]
+
+
+@pytest.mark.parametrize("case,row", ROW_CASES, ids=lambda v: _case_id(v) if isinstance(v, tuple) else f"row{v}")
+def test_tiles_over_several_grid_rows_asan_ubsan(builder, tmp_path, case, row):
+    """Every tile computed once and every output written, the spare blocks of the last row writing nothing
+    (ASan sees a stray store); the same kernel, with only the launch grid changed."""
+    _run_case(builder, tmp_path, "asan", case, row)
 
 
 @pytest.mark.parametrize("case", TSAN_CASES, ids=_case_id)

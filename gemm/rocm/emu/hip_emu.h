@@ -623,6 +623,11 @@ void launch_impl(Kernel kernel, dim3 grid, dim3 block, size_t dynamic_lds, Args.
   if (block.x == 0 || block.y == 0 || block.z == 0 || nthreads > 1024)
     fail("launch: block (%u,%u,%u) must have 1..1024 threads", block.x, block.y, block.z);
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) fail("launch: grid has a zero dimension");
+  // HIP's own refusal (hipErrorInvalidConfiguration): more than 2^32 - 1 work-items along a dimension.
+  if (uint64_t(grid.x) * block.x > 0xffffffffull || uint64_t(grid.y) * block.y > 0xffffffffull ||
+      uint64_t(grid.z) * block.z > 0xffffffffull)
+    fail("launch: grid (%u,%u,%u) x block (%u,%u,%u) passes 2^32 - 1 work-items along a dimension", grid.x, grid.y,
+         grid.z, block.x, block.y, block.z);
   if (dynamic_lds > 65536) fail("launch: dynamic LDS %zu bytes > 64 KiB", dynamic_lds);
   std::lock_guard<std::mutex> serial(launch_mutex());  // __shared__ statics: one workgroup at a time
   const int n = int(nthreads);

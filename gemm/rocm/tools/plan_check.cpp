@@ -22,6 +22,17 @@ static int failures = 0;
     }                                                                      \
   } while (0)
 
+// The launch grid covers every tile once, leaves fewer than one row spare, and stays within HIP's limit.
+static void check_grid(const Plan& p, int M, int N, int K, int layout, bool aligned, int fc, int fs) {
+  const ConfigInfo& ci = config_info(p.config);
+  const unsigned long long threads = 64ull * ci.waves_m * ci.waves_n;
+  const long long tiles = (long long)p.tiles_m * p.tiles_n, blocks = (long long)p.grid_x * p.grid_z;
+  CHECK(p.grid_x >= 1 && p.grid_z >= 1 && blocks >= tiles && blocks - tiles < p.grid_x, "grid %d x %d for %lld tiles",
+        p.grid_x, p.grid_z, tiles);
+  CHECK((unsigned long long)p.grid_x * threads <= kMaxWorkItemsPerDim, "grid_x %d x %llu threads", p.grid_x, threads);
+  CHECK(p.grid_z == 1 || tiles * threads > (long long)kMaxWorkItemsPerDim, "grid_z %d without need", p.grid_z);
+}
+
 static void check(int M, int N, int K, int layout, bool aligned, int fc, int fs) {
   const Plan p = make_plan(M, N, K, layout, aligned, fc, fs);
   const int KB = K / kBK;
@@ -41,6 +52,7 @@ static void check(int M, int N, int K, int layout, bool aligned, int fc, int fs)
   if (fs > 0) CHECK(p.splits == (fs < KB ? ceil_div(KB, ceil_div(KB, fs)) : KB), "forced splits %d, got %d", fs, p.splits);
   CHECK((long long)p.tiles_m * p.tiles_n < (1LL << 31) && p.splits <= 65535, "grid %d x %d, %d", p.tiles_m, p.tiles_n,
         p.splits);
+  check_grid(p, M, N, K, layout, aligned, fc, fs);
 }
 
 int main() {
@@ -61,6 +73,23 @@ int main() {
                   ++n_checked;
                 }
           }
+  // A grid row of tiles past HIP's 2^32 - 1 work-items (a few rows of M, N near 2^31): the tiles go over z too.
+  bool rows = false;
+  for (int M : {1, 20, 64})
+    for (int N : {(1 << 30) - 64, (1 << 30) - 63, 2147483520})
+      for (int layout = 0; layout < 2; ++layout)
+        for (int fc = -1; fc < kNumConfigs; ++fc) {
+          const int K = 128, fs = fc < 0 ? 0 : 1;
+          const bool aligned = true;
+          const Plan p = make_plan(M, N, K, layout, aligned, fc, fs);
+          check_grid(p, M, N, K, layout, aligned, fc, fs);
+          rows = rows || p.grid_z > 1;
+          ++n_checked;
+        }
+  if (!rows) {
+    std::printf("FAIL no plan needed a second grid row: the limit is never exercised\n");
+    ++failures;
+  }
   // every configuration is the planner's own choice for some challenge-like shape
   bool chosen[kNumConfigs] = {};
   for (int M : ms)

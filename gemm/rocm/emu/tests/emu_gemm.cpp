@@ -2,7 +2,7 @@
 // emulator, with the kernels' own host-side dispatch (gemm_rocm::run_gemm) and a forced plan.
 // Driven by tests/rocm/test_emulator_kernel.py.
 //
-//   emu_gemm LAYOUT CONFIG SPLITS PATH M N K DIR
+//   emu_gemm LAYOUT CONFIG SPLITS PATH M N K DIR [ROW]
 //     LAYOUT: seed | natural       CONFIG: row of the configuration table (-1: the planner's choice)
 //     SPLITS: split-K factor asked of the planner (0: the planner's choice)
 //     PATH:   vec | bytes | bytes-misaligned (operand bases moved 1 byte off alignment, c 2 bytes:
@@ -10,6 +10,8 @@
 //     DIR/a.bin b.bin: fp8 bytes (seed: a (K,M), b (K,N); natural: x (M,K), w (N,K))
 //     DIR/sa.bin sb.bin: f32 scales of the layout;  DIR/c.bin: (M,N) bf16 bits, poisoned by the
 //     test; overwritten with the kernel's output. Prints the plan as one JSON line.
+//     ROW: at most this many blocks a grid row (gemm_plan.h set_grid), so that the tiles go over z as they
+//     do on the GPU past HIP's 2^32 - 1 work-items a dimension (0 or absent: that limit alone).
 #define GEMM_HIP_EMULATOR 1
 #include "../../gemm_kernels.h"
 #include "driver_io.h"
@@ -36,15 +38,16 @@ struct Buffer {
 }  // namespace
 
 int main(int argc, char **argv) {
-  if (argc != 9) {
-    std::fprintf(stderr, "usage: emu_gemm seed|natural CONFIG SPLITS vec|bytes|bytes-misaligned M N K DIR\n");
+  if (argc != 9 && argc != 10) {
+    std::fprintf(stderr, "usage: emu_gemm seed|natural CONFIG SPLITS vec|bytes|bytes-misaligned M N K DIR [ROW]\n");
     return 2;
   }
   const std::string layout_s = argv[1], path = argv[4], dir = argv[8];
   const int config = std::atoi(argv[2]), splits = std::atoi(argv[3]);
   const int M = std::atoi(argv[5]), N = std::atoi(argv[6]), K = std::atoi(argv[7]);
+  const int row = argc == 10 ? std::atoi(argv[9]) : 0;
   if ((layout_s != "seed" && layout_s != "natural") || (path != "vec" && path != "bytes" && path != "bytes-misaligned") ||
-      M < 1 || N < 1 || K < 128 || K % 128 != 0 || config >= gemm_rocm::kNumConfigs) {
+      M < 1 || N < 1 || K < 128 || K % 128 != 0 || config >= gemm_rocm::kNumConfigs || row < 0) {
     std::fprintf(stderr, "bad arguments\n");
     return 2;
   }
@@ -76,8 +79,12 @@ int main(int argc, char **argv) {
   pr.K = K;
   // vec: the planner reads the alignment from the real pointers (as the torch op does);
   // bytes*: aligned=false asks for the byte-load path (gemm/rocm/EMU_NEEDS.md).
-  const gemm_rocm::Plan plan = path == "vec" ? gemm_rocm::plan_problem(pr, config, splits)
-                                             : gemm_rocm::make_plan(M, N, K, layout, false, config, splits);
+  gemm_rocm::Plan plan = path == "vec" ? gemm_rocm::plan_problem(pr, config, splits)
+                                       : gemm_rocm::make_plan(M, N, K, layout, false, config, splits);
+  if (row > 0) {
+    const gemm_rocm::ConfigInfo &ci = gemm_rocm::config_info(plan.config);
+    gemm_rocm::set_grid(plan, 64ull * ci.waves_m * ci.waves_n * (unsigned long long)row);
+  }
   if (path == "bytes-misaligned" && gemm_rocm::plan_problem(pr, config, splits).vec) {
     std::fprintf(stderr, "misaligned operands but the planner chose the vector path\n");
     return 3;
@@ -98,8 +105,9 @@ int main(int argc, char **argv) {
 
   driver_io::write_file(dir + "/c.bin", c.ptr, size_t(M) * N * 2);
   std::printf("{\"config\": %d, \"name\": \"%s\", \"splits\": %d, \"kb_per_split\": %d, \"tiles_m\": %d, "
-              "\"tiles_n\": %d, \"vec\": %s, \"workspace_bytes\": %zu, \"launches\": %d}\n",
+              "\"tiles_n\": %d, \"grid_x\": %d, \"grid_z\": %d, \"vec\": %s, \"workspace_bytes\": %zu, "
+              "\"launches\": %d}\n",
               plan.config, gemm_rocm::config_info(plan.config).name, plan.splits, plan.kb_per_split, plan.tiles_m,
-              plan.tiles_n, plan.vec ? "true" : "false", plan.workspace_bytes, launches);
+              plan.tiles_n, plan.grid_x, plan.grid_z, plan.vec ? "true" : "false", plan.workspace_bytes, launches);
   return 0;
 }
