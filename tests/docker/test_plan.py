@@ -368,7 +368,7 @@ def test_sigterm_removes_this_runs_build_containers_at_once(tmp_path, monkeypatc
     import signal
     import threading
 
-    released = threading.Event()
+    released, recorded = threading.Event(), threading.Event()
     woke = []  # per build: True when its container's removal ended it, False when it ran out its 20 s
 
     class CancelledEngine(FakeEngine):
@@ -377,6 +377,7 @@ def test_sigterm_removes_this_runs_build_containers_at_once(tmp_path, monkeypatc
         def run_build(self, job, *a):
             os.kill(os.getpid(), signal.SIGTERM)  # the cancel arrives mid-build
             woke.append(released.wait(20))  # the build runs on until its container is removed
+            recorded.set()
             return super().run_build(job, *a)
 
         def remove_session_containers(self):
@@ -392,5 +393,7 @@ def test_sigterm_removes_this_runs_build_containers_at_once(tmp_path, monkeypatc
     with pytest.raises(db.DockerBuildError, match=r"interrupted: removed this run's 1 build container"):
         db.main()
     assert CancelledEngine.removed == 1
+    # The run fails without waiting for its build thread: wait for that thread's own record here.
+    assert recorded.wait(30)
     assert woke == [True], "the containers were removed only after the build had run its course"
     assert signal.getsignal(signal.SIGTERM) is previous  # the handler is the run's only
