@@ -282,7 +282,7 @@ PY
   # Against the committed results of the same variant: what moved beyond the drift torch's own times show.
   for f in "$OUT/$card"/torch*.json; do
     # Issue 4's targets, shape by shape (benchmarks.targets), into the log that comes back.
-    python3 -m benchmarks.targets "$f" 2>&1 | tee "$OUT/targets.txt" | tail -n 5
+    python3 -m benchmarks.targets "$f" 2>&1 | tee -a "$OUT/targets.txt" | tail -n 5
     variant=$(basename "$f" .json); committed=benchmarks/results/$card/$variant.json
     [ -f "$committed" ] || continue
     python3 -m benchmarks.compare "$committed" "$f" --json "$OUT/compare-$variant.json" > "$OUT/compare-$variant.log" 2>&1

@@ -45,6 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scripts.preflight import VISIBILITY_VARS  # stdlib only, as this module at import
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 GPU_TESTS = ("tests/rocm/test_rocm_gpu.py", "tests/kernel")
 DEFAULT_REQUIREMENTS = "requirements/gpu-test.txt"
@@ -128,7 +130,7 @@ class Plan:
                 "PIP_DISABLE_PIP_VERSION_CHECK": "1",
                 "HOST_UID": str(os.getuid()),
                 "HOST_GID": str(os.getgid()),
-                **{k: os.environ[k] for k in ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES") if k in os.environ},
+                **{k: os.environ[k] for k in VISIBILITY_VARS if k in os.environ},  # the GPU preflight accepted
             },
             "labels": {LABEL_VARIANT: self.variant, LABEL_RUN: run_label()},
         }

@@ -110,7 +110,7 @@ constexpr bool cfg_matches_table() {
   using C = typename CfgOf<I>::type;
   return kConfigs[I].bm == C::BM && kConfigs[I].bn == C::BN && kConfigs[I].waves_m == C::WAVES_M &&
          kConfigs[I].waves_n == C::WAVES_N && kConfigs[I].mfma == C::MT &&
-         kConfigs[I].waves_per_eu == C::WAVES_PER_EU;
+         kConfigs[I].waves_per_eu == C::WAVES_PER_EU && kConfigs[I].threads() == C::THREADS;
 }
 static_assert(cfg_matches_table<0>() && cfg_matches_table<1>() && cfg_matches_table<2>(),
               "TileCfg instances and gemm_plan.h kConfigs disagree");

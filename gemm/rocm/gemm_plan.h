@@ -27,6 +27,7 @@ struct ConfigInfo {
   int mfma;              // 16 -> v_mfma_f32_16x16x32_fp8_fp8, 32 -> v_mfma_f32_32x32x16_fp8_fp8
   int waves_per_eu;      // occupancy asked of the compiler (__launch_bounds__ second argument)
   double efficiency;     // fraction of MFMA peak a CU reaches with this tile (cost model only)
+  constexpr int threads() const { return 64 * waves_m * waves_n; }  // a block's (TileCfg::THREADS)
 };
 
 constexpr int kNumConfigs = 3;
@@ -92,14 +93,13 @@ inline double estimate_seconds(int M, int N, int K, int layout, int config, int 
 // each dimension's global work size), which one grid row of tiles would at M <= ~20 and N near 2^30.
 constexpr unsigned long long kMaxWorkItemsPerDim = 0xffffffffull;
 
-// The grid of a plan's tiles: grid_x blocks along x within `limit` work-items, grid_z rows of them (1 unless
-// the tiles need more). The kernel numbers its block z * grid_x + x; the blocks past the last tile (fewer
-// than grid_x, in the last row) return at once. A smaller `limit` forces rows (the emulator's tests).
-inline void set_grid(Plan& p, unsigned long long limit = kMaxWorkItemsPerDim) {
-  const ConfigInfo& ci = config_info(p.config);
-  const long long threads = 64LL * ci.waves_m * ci.waves_n;
+// The grid of a plan's tiles: grid_x blocks along x, at most `per_row` (0: as many as HIP's limit allows),
+// grid_z rows of them (1 unless the tiles need more). The kernel numbers its block z * grid_x + x; the blocks
+// past the last tile (fewer than grid_x, in the last row) return at once. A small `per_row` forces rows
+// (the emulator's tests).
+inline void set_grid(Plan& p, long long per_row = 0) {
+  if (per_row <= 0) per_row = (long long)(kMaxWorkItemsPerDim / (unsigned long long)config_info(p.config).threads());
   const long long tiles = (long long)p.tiles_m * p.tiles_n;
-  const long long per_row = (long long)(limit / (unsigned long long)threads);
   p.grid_z = int((tiles + per_row - 1) / per_row);
   p.grid_x = int((tiles + p.grid_z - 1) / p.grid_z);
 }

@@ -5,19 +5,20 @@ from __future__ import annotations
 
 from benchmarks import report
 
-# (m, layout, impl) -> us, or (us, round medians); every shape is m x 256 x 512
+# (m, layout, impl) -> us, or (us, round medians); a shape given as m alone is m x 256 x 512, else (m, n, k)
 Times = dict[tuple[int, str, str], "float | tuple[float, list[float]]"]
 
 
 def results_doc(times: Times, platform: str = "h200") -> dict:
     records = []
-    for (m, layout, impl), t in times.items():
+    for (shape, layout, impl), t in times.items():
+        m, n, k = shape if isinstance(shape, tuple) else (shape, 256, 512)
         us, rounds = t if isinstance(t, tuple) else (t, [t, t, t])
         records.append(
             {
                 "m": m,
-                "n": 256,
-                "k": 512,
+                "n": n,
+                "k": k,
                 "layout": layout,
                 "impl": impl,
                 "us": us,

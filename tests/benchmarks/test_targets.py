@@ -5,37 +5,28 @@ from __future__ import annotations
 import json
 import math
 import random
-from pathlib import Path
 
 import pytest
 
 from benchmarks import report, targets
 from benchmarks.problem import BENCH_SHAPES
+from tests.benchmarks.results_files import results_doc
+from tests.conftest import REPO_ROOT
 
 BIG = (8192, 8192, 8192)
-
-
-def _record(shape, layout, impl, us):
-    m, n, k = shape
-    return {"m": m, "n": n, "k": k, "layout": layout, "impl": impl, "us": us, "us_min": us, "us_max": us,
-            "reps": 20, "tflops": 1.0, "pct_sol": None, "check": "elementwise", "outside_tol": 0,
-            "max_abs_err": 0.0, "rel_err": 0.0}  # fmt: skip
 
 
 def doc_with(natural, peer, seed, pertensor, extra=()):
     """natural / peer / seed / pertensor: shape -> us for the 18 challenge shapes (and any `extra` shapes,
     natural layout only)."""
-    records = []
+    times = {}
     for shape in (*BENCH_SHAPES, *extra):
-        records.append(_record(shape, "natural", "gemm", natural[shape]))
-        records.append(_record(shape, "natural", "torch_blockwise", peer[shape]))
-        records.append(_record(shape, "natural", "fp8_pertensor", pertensor[shape]))
+        times[(shape, "natural", "gemm")] = natural[shape]
+        times[(shape, "natural", "torch_blockwise")] = peer[shape]
+        times[(shape, "natural", "fp8_pertensor")] = pertensor[shape]
         if shape in seed:
-            records.append(_record(shape, "seed", "gemm", seed[shape]))
-    doc = {"schema": report.SCHEMA, "platform": "h200", "variant": "v", "date": "2026-12-06T00:00:00Z", "env": {},
-           "config": {}, "sol": None, "impls": {"gemm": {}, "torch_blockwise": {}, "fp8_pertensor": {}},
-           "records": records, "refused": []}  # fmt: skip
-    return report.validate(doc)
+            times[(shape, "seed", "gemm")] = seed[shape]
+    return results_doc(times)
 
 
 @pytest.fixture
@@ -105,7 +96,7 @@ def test_a_missing_record_is_refused_by_name(times, tmp_path, capsys):
 
 
 def test_the_committed_gpu_results_can_be_read():
-    paths = sorted((Path(__file__).resolve().parents[2] / "benchmarks/results").glob("h*/torch*-cu*.json"))
+    paths = sorted((REPO_ROOT / "benchmarks/results").glob("h*/torch*-cu*.json"))
     assert paths
     for path in paths:
         result = targets.evaluate(report.read(path))

@@ -14,8 +14,6 @@ Every driver runs under ASan+UBSan and under TSan. Fresh random data each run; t
 
 from __future__ import annotations
 
-import random
-
 import pytest
 import torch
 
@@ -30,10 +28,6 @@ def builder(tmp_path_factory):
     b = emu_build.Builder.for_session(tmp_path_factory, "emu_selftest")
     b.prebuild(SELFTEST)  # ASan+UBSan and TSan variants compile side by side
     return b
-
-
-def _seed() -> int:
-    return random.SystemRandom().randrange(2**31)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -88,8 +82,8 @@ def _random_fp8_bytes(shape, gen) -> torch.Tensor:
 
 @pytest.mark.parametrize("sanitizer", emu_build.SANITIZERS)
 @pytest.mark.parametrize("m", [16, 32], ids=["16x16x32", "32x32x16"])
-def test_mfma_equals_matrix_product(builder, tmp_path, sanitizer, m):
-    seed = _seed()
+def test_mfma_equals_matrix_product(builder, tmp_path, sanitizer, m, seeds):
+    seed = next(seeds)
     gen = torch.Generator().manual_seed(seed)
     k = 512 // m
     waves, steps = 4, 3
@@ -130,8 +124,8 @@ def test_mfma_equals_matrix_product(builder, tmp_path, sanitizer, m):
 
 
 @pytest.mark.parametrize("sanitizer", emu_build.SANITIZERS)
-def test_cvt_fp8_to_f32_all_bytes(builder, tmp_path, sanitizer):
-    seed = _seed()
+def test_cvt_fp8_to_f32_all_bytes(builder, tmp_path, sanitizer, seeds):
+    seed = next(seeds)
     gen = torch.Generator().manual_seed(seed)
     order = torch.randperm(256, generator=gen).to(torch.uint8)  # every byte once, random lanes/bytes
     order.view(torch.int32).numpy().tofile(tmp_path / "words.bin")
@@ -191,10 +185,10 @@ def _cvtpk_inputs(n: int, gen: torch.Generator) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("sanitizer", emu_build.SANITIZERS)
-def test_cvt_pk_fp8_f32_rounds_like_torch(builder, tmp_path, sanitizer):
+def test_cvt_pk_fp8_f32_rounds_like_torch(builder, tmp_path, sanitizer, seeds):
     import numpy as np
 
-    seed = _seed()
+    seed = next(seeds)
     gen = torch.Generator().manual_seed(seed)
     a = _cvtpk_inputs(1500, gen)
     b = _cvtpk_inputs(1500, gen)

@@ -24,8 +24,7 @@ static int failures = 0;
 
 // The launch grid covers every tile once, leaves fewer than one row spare, and stays within HIP's limit.
 static void check_grid(const Plan& p, int M, int N, int K, int layout, bool aligned, int fc, int fs) {
-  const ConfigInfo& ci = config_info(p.config);
-  const unsigned long long threads = 64ull * ci.waves_m * ci.waves_n;
+  const unsigned long long threads = (unsigned long long)config_info(p.config).threads();
   const long long tiles = (long long)p.tiles_m * p.tiles_n, blocks = (long long)p.grid_x * p.grid_z;
   CHECK(p.grid_x >= 1 && p.grid_z >= 1 && blocks >= tiles && blocks - tiles < p.grid_x, "grid %d x %d for %lld tiles",
         p.grid_x, p.grid_z, tiles);

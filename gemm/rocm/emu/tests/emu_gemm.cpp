@@ -81,10 +81,7 @@ int main(int argc, char **argv) {
   // bytes*: aligned=false asks for the byte-load path (gemm/rocm/EMU_NEEDS.md).
   gemm_rocm::Plan plan = path == "vec" ? gemm_rocm::plan_problem(pr, config, splits)
                                        : gemm_rocm::make_plan(M, N, K, layout, false, config, splits);
-  if (row > 0) {
-    const gemm_rocm::ConfigInfo &ci = gemm_rocm::config_info(plan.config);
-    gemm_rocm::set_grid(plan, 64ull * ci.waves_m * ci.waves_n * (unsigned long long)row);
-  }
+  if (row > 0) gemm_rocm::set_grid(plan, row);
   if (path == "bytes-misaligned" && gemm_rocm::plan_problem(pr, config, splits).vec) {
     std::fprintf(stderr, "misaligned operands but the planner chose the vector path\n");
     return 3;
