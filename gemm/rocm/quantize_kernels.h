@@ -70,8 +70,9 @@ __device__ __forceinline__ void quant_load8(const void* x, int input, int64_t of
 
 // Defined here, not in a .hip file, for the emulator's driver: include this header from one translation
 // unit of a build only (gemm_rocm.hip), or the kernel's symbol is defined twice.
-__global__ __launch_bounds__(kQuantThreads) void quantize_rows_kernel(QuantizeArgs args) {
-  const int64_t block = static_cast<int64_t>(blockIdx.x) * kQuantBlocksPerGroup + threadIdx.x / kQuantLanes;
+// One workgroup's 16 blocks, from `group`.
+__device__ __forceinline__ void quantize_group(const QuantizeArgs& args, int64_t group) {
+  const int64_t block = group * kQuantBlocksPerGroup + threadIdx.x / kQuantLanes;
   const int lane = threadIdx.x % kQuantLanes;
   const bool active = block < args.blocks;  // the same for a block's 16 lanes
   const int64_t offset = block * kQuantBlock + lane * kQuantPerLane;
@@ -107,20 +108,28 @@ __global__ __launch_bounds__(kQuantThreads) void quantize_rows_kernel(QuantizeAr
   if (lane == 0) args.scale[block] = s;
 }
 
+// Workgroup g quantizes groups g, g + gridDim.x, ...: a grid capped at HIP's launch limit (below) still
+// covers any tensor. The loop's bound is the same for the whole workgroup, so every wave either runs an
+// iteration's shuffles with all its lanes or leaves.
+__global__ __launch_bounds__(kQuantThreads) void quantize_rows_kernel(QuantizeArgs args) {
+  const int64_t groups = (args.blocks + kQuantBlocksPerGroup - 1) / kQuantBlocksPerGroup;
+  for (int64_t group = blockIdx.x; group < groups; group += gridDim.x) quantize_group(args, group);
+}
+
 // The most work-items a launch may have along x: HIP refuses a grid whose groups times threads exceeds
-// 2^32 - 1 (hipErrorInvalidConfiguration), so 2^24 - 1 groups of 256 threads, 2^28 - 16 blocks.
+// 2^32 - 1 (hipErrorInvalidConfiguration), so at most 2^24 - 1 groups of 256 threads; past that (2^28 - 16
+// blocks, 64 GiB of bf16) each workgroup takes several groups.
 constexpr int64_t kQuantMaxGroups = 0xffffffffLL / kQuantThreads;
 
 // Launches the kernel through `launch(kernel, grid, block, args)` (hipLaunchKernelGGL on the GPU,
-// emu::launch in the emulator); nothing when there are no blocks. Returns false when the grid would be
-// too large (more than kQuantMaxGroups workgroups).
+// emu::launch in the emulator) with at most `max_groups` workgroups (the emulator's tests pass fewer, to
+// run the kernel's loop on small inputs); nothing when there are no blocks.
 template <class Launch>
-bool launch_quantize_rows(const QuantizeArgs& args, Launch&& launch) {
-  if (args.blocks <= 0) return true;
+void launch_quantize_rows(const QuantizeArgs& args, Launch&& launch, int64_t max_groups = kQuantMaxGroups) {
+  if (args.blocks <= 0) return;
   const int64_t groups = (args.blocks + kQuantBlocksPerGroup - 1) / kQuantBlocksPerGroup;
-  if (groups > kQuantMaxGroups) return false;
-  launch(quantize_rows_kernel, dim3(static_cast<uint32_t>(groups)), dim3(kQuantThreads), args);
-  return true;
+  const int64_t grid = groups < max_groups ? groups : max_groups;
+  launch(quantize_rows_kernel, dim3(static_cast<uint32_t>(grid)), dim3(kQuantThreads), args);
 }
 
 }  // namespace gemm_rocm

@@ -7,7 +7,8 @@ x / scale rounded to nearest even into e4m3fnuz. `expected` below writes that ou
 runners compare the real kernel with the torch code itself (tests/kernel/test_quantize.py). The inputs
 (random, from a fixed seed a case) hold blocks from 1e-7 to 1e2 in magnitude (fp16 subnormals among
 them), an all-zero block, a block of values at the smallest normal scale, a NaN and an inf, and a row
-count that leaves the last workgroup partly empty.
+count that leaves the last workgroup partly empty. A capped grid runs the kernel's loop over workgroups,
+which on a GPU only tensors of 2^28 blocks (64 GiB of bf16) reach.
 """
 
 from __future__ import annotations
@@ -56,15 +57,18 @@ def expected(x: torch.Tensor, power_of_two: bool) -> tuple[torch.Tensor, torch.T
     return q.view(torch.uint8), scale
 
 
-def _run(builder, tmp_path, sanitizer: str, type_name: str, rows: int, blocks: int, power_of_two: bool):
+def _run(builder, tmp_path, sanitizer, type_name, rows, blocks, power_of_two, max_groups=None):
     # A fixed seed a case: with power_of_two the emulator's scales go through the host's log2f and
     # `expected`'s through torch's log2, which may differ in the last bit within an ulp of a power of two.
     seed = zlib.crc32(f"{type_name} {rows} {blocks} {power_of_two} {sanitizer}".encode())
     x = _inputs(rows, blocks, TYPES[type_name], torch.Generator().manual_seed(seed))
     x.view(torch.uint8).numpy().tofile(tmp_path / "x.bin")
     exe = builder.build(DRIVER, sanitizer)
-    proc = emu_build.run(exe, [type_name, rows, blocks, int(power_of_two), tmp_path], sanitizer, timeout=900)
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"launches": 1}
+    args = [type_name, rows, blocks, int(power_of_two), tmp_path] + ([max_groups] if max_groups else [])
+    proc = emu_build.run(exe, args, sanitizer, timeout=900)
+    groups = -(-rows * blocks // 16)  # 16 blocks a workgroup
+    grid = min(groups, max_groups or groups)
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"launches": 1, "grid": grid}
     q = torch.from_numpy(np.fromfile(tmp_path / "q.bin", dtype=np.uint8)).reshape(rows, blocks * 128)
     scale = torch.from_numpy(np.fromfile(tmp_path / "scale.bin", dtype=np.float32)).reshape(rows, blocks)
     q_ref, scale_ref = expected(x, power_of_two)
@@ -90,5 +94,13 @@ def test_kernel_single_block_asan_ubsan(builder, tmp_path):
     assert scale[0, 0].item() == torch.finfo(torch.float32).tiny and (q == 0).all()  # the all-zero block
 
 
-def test_kernel_gives_torchs_bits_tsan(builder, tmp_path):
-    _run(builder, tmp_path, "tsan", "fp32", 5, 4, True)
+@pytest.mark.parametrize("max_groups", [1, 3])
+def test_capped_grid_loops_over_every_group_asan_ubsan(builder, tmp_path, max_groups):
+    """111 blocks in 7 groups on 1 or 3 workgroups: each workgroup takes every 1st or 3rd group, the last
+    one partial. A kernel that did only its first group would leave poisoned outputs (caught above)."""
+    _run(builder, tmp_path, "asan", "bf16", 37, 3, False, max_groups)
+
+
+@pytest.mark.parametrize("max_groups", [None, 1])
+def test_kernel_gives_torchs_bits_tsan(builder, tmp_path, max_groups):
+    _run(builder, tmp_path, "tsan", "fp32", 5, 4, True, max_groups)

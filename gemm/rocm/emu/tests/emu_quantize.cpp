@@ -1,11 +1,13 @@
 // Runs the gfx942 quantize_activations kernel (gemm/rocm/quantize_kernels.h, unmodified) on the CPU
 // through the HIP emulator. Driven by tests/rocm/test_emulator_quantize.py.
 //
-//   emu_quantize bf16|fp16|fp32 ROWS BLOCKS_PER_ROW POWER_OF_TWO DIR
+//   emu_quantize bf16|fp16|fp32 ROWS BLOCKS_PER_ROW POWER_OF_TWO DIR [MAX_GROUPS]
 //     DIR/x.bin: ROWS x BLOCKS_PER_ROW*128 values of the input type, row-major.
 //     Writes DIR/q.bin (e4m3fnuz bytes) and DIR/scale.bin (f32, ROWS x BLOCKS_PER_ROW). The outputs start
 //     poisoned (0x5A bytes, NaN scales), so an element the kernel never writes shows. Every buffer holds
 //     exactly its bytes, so ASan reports any access past them.
+//     MAX_GROUPS caps the grid (HIP's limit when not given), so that small inputs run the kernel's loop
+//     over groups. Prints {"launches": ..., "grid": ...}.
 #define GEMM_HIP_EMULATOR 1
 #include "../../quantize_kernels.h"
 #include "driver_io.h"
@@ -34,13 +36,14 @@ unsigned char *alloc(size_t bytes) {
 }  // namespace
 
 int main(int argc, char **argv) {
-  if (argc != 6) {
-    std::fprintf(stderr, "usage: emu_quantize bf16|fp16|fp32 ROWS BLOCKS_PER_ROW POWER_OF_TWO DIR\n");
+  if (argc != 6 && argc != 7) {
+    std::fprintf(stderr, "usage: emu_quantize bf16|fp16|fp32 ROWS BLOCKS_PER_ROW POWER_OF_TWO DIR [MAX_GROUPS]\n");
     return 2;
   }
   const std::string type = argv[1], dir = argv[5];
   const long rows = std::atol(argv[2]), blocks_per_row = std::atol(argv[3]);
   const int power_of_two = std::atoi(argv[4]);
+  const long long max_groups = argc == 7 ? std::atoll(argv[6]) : gemm_rocm::kQuantMaxGroups;
   int input;
   size_t elem;
   if (type == "bf16") {
@@ -53,7 +56,7 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "bad input type %s\n", type.c_str());
     return 2;
   }
-  if (rows < 1 || blocks_per_row < 1) {
+  if (rows < 1 || blocks_per_row < 1 || max_groups < 1) {
     std::fprintf(stderr, "bad shape\n");
     return 2;
   }
@@ -74,14 +77,18 @@ int main(int argc, char **argv) {
   args.inv_max = 1.0f / 240.0f;
   args.power_of_two = power_of_two;
   int launches = 0;
-  const bool ok = gemm_rocm::launch_quantize_rows(args, [&](auto kernel, dim3 grid, dim3 block, const auto &a) {
-    ++launches;
-    emu::launch(kernel, grid, block, a);
-  });
-  if (!ok) return 3;
+  unsigned grid_x = 0;
+  gemm_rocm::launch_quantize_rows(
+      args,
+      [&](auto kernel, dim3 grid, dim3 block, const auto &a) {
+        ++launches;
+        grid_x = grid.x;
+        emu::launch(kernel, grid, block, a);
+      },
+      max_groups);
   driver_io::write_file(dir + "/q.bin", q, values);
   driver_io::write_file(dir + "/scale.bin", scale, blocks * 4);
-  std::printf("{\"launches\": %d}\n", launches);
+  std::printf("{\"launches\": %d, \"grid\": %u}\n", launches, grid_x);
   std::free(x);
   std::free(q);
   std::free(scale);
