@@ -9,14 +9,19 @@ What it does (all through huggingface_hub's HfApi; no hand-written HTTP):
   beside it; the kernel card goes to `README.md` on `main`;
 - local files are checked against their metadata digest (kernels_data) before anything is sent,
   so a truncated .so is never published;
-- a variant whose metadata digest and file list equal what the branch holds is skipped; an
-  unchanged re-release makes no commit and uploads nothing;
+- a variant whose files all equal the branch's (by hash, from the branch's tree) and whose metadata.json
+  agrees in every field the loader reads is skipped; an unchanged re-release, or the same sources
+  rebuilt from another commit, makes no commit and uploads nothing, while a file damaged on the Hub or
+  a metadata-only fix is published;
 - files of a rebuilt variant that are no longer built are deleted in the same commit; other
   variants on the branch are kept;
 - large files are uploaded first (preupload: Xet when hf_xet is installed, else git-LFS), then one
   `create_commit` with every add and delete, guarded by `parent_commit`; past
   `--max-ops-per-commit` operations, or for a new version branch, the commits go to a side branch
-  that is verified and then becomes the version branch, so it never holds half a release;
+  that is verified and then becomes the version branch, so it never holds half a release (the Hub has
+  no way to move a branch: an existing one is deleted and re-created at the side branch's head, so for
+  that moment `get_kernel(..., version=1)` finds no branch; a usual release, ~40 operations, commits
+  directly);
 - after the upload each published variant's metadata.json is fetched back and its digest compared;
 - variants with a failed check, or without a passed digest, loader, abi and smoke check (for ROCm also
   the loader releases that load it and its machine code: REQUIRED_CHECKS), a
@@ -472,24 +477,31 @@ class Plan:
         return ops
 
 
+# The metadata.json fields the kernels loader reads (kernels' Metadata and its validators). The rest
+# (provenance's commit, build, checks: the absolute path of the smoke load) changes with every rebuild of
+# the same sources, so a variant whose files and these fields match the branch is not published again.
+LOADER_METADATA_FIELDS = (
+    "name", "id", "version", "license", "python-depends", "backend", "kernels-minver", "digest",
+)  # fmt: skip
+
+
 def _variant_plan(v: LocalVariant, remote: dict[str, RepoFile], remote_meta: dict[str, Any] | None) -> VariantPlan:
     prefix = f"build/{v.name}/"
     remote_here = {p[len(prefix) :]: f for p, f in remote.items() if p.startswith(prefix)}
-    if (
-        remote_meta is not None
-        and remote_meta.get("digest") == v.meta.get("digest")
-        and set(remote_here) == set(v.files)
-    ):
-        return VariantPlan(v.name, "skip", unchanged=len(v.files), reason="digest matches the branch")
+    # Every file is compared with the branch's, not only the digests: a file damaged or replaced on the
+    # Hub is published again.
+    changed = {rel: f for rel, f in v.files.items() if not f.same_as(remote_here.get(rel))}
+    stale = [prefix + rel for rel in sorted(remote_here) if rel not in v.files]
+    loader_meta_same = remote_meta is not None and all(
+        remote_meta.get(k) == v.meta.get(k) for k in LOADER_METADATA_FIELDS
+    )
+    if not stale and set(changed) <= {"metadata.json"} and (loader_meta_same or not changed):
+        reason = "files identical to the branch" if not changed else "files and the loader's metadata match the branch"
+        return VariantPlan(v.name, "skip", unchanged=len(v.files), reason=reason)
     plan = VariantPlan(v.name, "update" if remote_here else "new")
-    for rel, f in v.files.items():
-        if f.same_as(remote_here.get(rel)):
-            plan.unchanged += 1
-        else:
-            plan.adds.append((prefix + rel, f))
-    plan.deletes = [prefix + rel for rel in sorted(remote_here) if rel not in v.files]
-    if not plan.adds and not plan.deletes:
-        plan.action, plan.reason = "skip", "files identical to the branch"
+    plan.adds = [(prefix + rel, f) for rel, f in changed.items()]
+    plan.unchanged = len(v.files) - len(changed)
+    plan.deletes = stale
     return plan
 
 
@@ -546,8 +558,11 @@ def make_plan(
         return hub.read_json(path, base, cache_dir)
 
     plans = []
+    published_meta: dict[str, dict[str, Any]] = {}  # what the branch will hold, for the card
     for v in variants:
-        plans.append(_variant_plan(v, remote, None if new_branch else remote_meta(v.name)))
+        branch_meta = None if new_branch else remote_meta(v.name)
+        plans.append(_variant_plan(v, remote, branch_meta))
+        published_meta[v.name] = branch_meta if plans[-1].action == "skip" and branch_meta else v.meta
     local_names = {v.name for v in variants}
     remote_variants = sorted({p.split("/")[1] for p in remote if p.startswith("build/") and p.count("/") >= 2})
     kept: dict[str, dict[str, Any]] = {}
@@ -565,7 +580,7 @@ def make_plan(
                 kept[name] = remote_meta(name) or {}
     bench_adds, bench_deletes = _benchmarks(bench_dir, remote, new_branch)
 
-    card_variants = {**kept, **{v.name: v.meta for v in variants}}
+    card_variants = {**kept, **published_meta}
     card = render_card(repo_id, version, card_variants, load_benchmarks(results_dir) if results_dir else []).encode()
     card_action = "add"
     if hub is not None and MAIN in heads:
@@ -936,6 +951,10 @@ def main(argv: list[str] | None = None, log: Callable[[str], None] = print) -> i
         parser.error("--require-token and --dry-run contradict each other: a dry run never publishes")
     if args.max_ops_per_commit < 1:
         parser.error("--max-ops-per-commit must be at least 1")
+    if args.retries < 0:
+        parser.error(f"--retries must be 0 or more, got {args.retries}")
+    if not args.retry_delay >= 0:  # also refuses nan
+        parser.error(f"--retry-delay must be 0 or more seconds, got {args.retry_delay}")
     if args.repo is not None and not re.fullmatch(r"[\w.-]+/[\w.-]+", args.repo):
         parser.error(f"--repo {args.repo!r}: expected ORG/NAME")
 

@@ -104,6 +104,47 @@ def test_republish_makes_no_commit_and_uploads_nothing(hub, project, run_publish
     assert len(hub.requests) > n_requests  # it did look at the Hub
 
 
+def test_rebuild_from_a_new_commit_is_not_published_again(hub, project, run_publish):
+    """The same files built again elsewhere: only provenance, build and checks differ in metadata.json."""
+    d = project.variant(CPU)
+    assert run_publish()[0] == 0
+    heads = hub.branches(REPO)
+    meta = json.loads((d / "metadata.json").read_text())
+    meta["provenance"]["kernel"]["commit"] = "f" * 40
+    meta["build"]["host"] = "another-runner"
+    meta["checks"]["smoke"] = {"ok": True, "loaded": "/elsewhere/__init__.py"}
+    (d / "metadata.json").write_text(json.dumps(meta, indent=2))
+    rc, out = run_publish()
+    assert rc == 0 and f"{CPU}: skip (files and the loader's metadata match the branch" in out, out
+    assert hub.branches(REPO) == heads
+
+
+def test_metadata_only_fix_is_published(hub, project, run_publish):
+    """Reproducible builds give the same files and digest: a fix to what the loader reads from
+    metadata.json (here kernels-minver) must still reach the branch."""
+    d = project.variant(CPU)
+    assert run_publish()[0] == 0
+    meta = json.loads((d / "metadata.json").read_text())
+    meta["kernels-minver"] = "0.19.0"
+    (d / "metadata.json").write_text(json.dumps(meta, indent=2))
+    rc, out = run_publish()
+    assert rc == 0, out
+    published = json.loads(hub.files(REPO, "v1")[f"build/{CPU}/metadata.json"])
+    assert published["kernels-minver"] == "0.19.0"
+    assert branch_files(hub) == project.local_files(CPU)
+
+
+def test_a_file_damaged_on_the_hub_is_published_again(hub, project, run_publish):
+    project.variant(CPU)
+    assert run_publish()[0] == 0
+    so = f"build/{CPU}/_gemm_cpu_abc1234.abi3.so"
+    hub.commit_direct(REPO, "v1", {so: b"\x7fELF truncated"}, title="someone else's upload")
+    rc, out = run_publish()
+    assert rc == 0, out
+    assert f"+ {so}" in out or so in out
+    assert branch_files(hub) == project.local_files(CPU)
+
+
 def test_rebuilt_variant_deletes_stale_file_keeps_other_variants(hub, project, run_publish):
     project.variant(CPU, extra_files={"layers/old_layer.py": b"OLD = 1\n"})
     project.variant(ROCM, ops="_gemm_rocm_abc1234")
@@ -312,12 +353,21 @@ def test_truncated_binary_is_never_published(hub, project, run_publish):
     assert hub.requests == []
 
 
-@pytest.mark.parametrize("name", ["torch213-gemm-build", "torch213-cxx11-rocm71-x86_64-linux"])
-def test_variant_the_loader_would_not_accept_is_refused(hub, project, run_publish, name):
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("torch213-gemm-build", "not a variant name the kernels loader accepts"),
+        ("torch213-cxx11-rocm71-x86_64-linux", "the name says backend 'rocm' but metadata.json says 'cpu'"),
+    ],
+)
+def test_variant_the_loader_would_not_accept_is_refused(hub, project, run_publish, name, why):
     d = project.variant(CPU)
-    d.rename(project.build / name)  # unparseable name / name says rocm, metadata says cpu
+    meta = json.loads((d / "metadata.json").read_text())
+    meta["build"]["variant"] = name  # the build's own name: only the loader's parser or the backend refuse it
+    (d / "metadata.json").write_text(json.dumps(meta))
+    d.rename(project.build / name)
     rc, out = run_publish("--force", "--reason", "try anyway")
-    assert rc == 1 and name in out
+    assert rc == 1 and f"{name}: {why}" in out
     assert hub.requests == []
 
 
@@ -396,11 +446,26 @@ def test_cli_without_token_prints_plan_and_exits_0(project):
     assert "nothing was changed" in proc.stdout
 
 
-def test_bad_arguments_name_the_argument(project, run_publish, tmp_path):
-    with pytest.raises(SystemExit):
-        publish.main(["--build-dir", str(project.build), "--repo", "not-a-repo"])
-    rc = publish.main(["--build-dir", str(tmp_path / "missing")], log=lambda s: None)
-    assert rc == 1
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--repo", "not-a-repo"], "--repo 'not-a-repo': expected ORG/NAME"),
+        (["--retries", "-3"], "--retries must be 0 or more, got -3"),
+        (["--retry-delay", "-1"], "--retry-delay must be 0 or more seconds, got -1.0"),
+        (["--retry-delay", "nan"], "--retry-delay must be 0 or more seconds, got nan"),
+        (["--max-ops-per-commit", "0"], "--max-ops-per-commit must be at least 1"),
+    ],
+)
+def test_bad_arguments_name_the_argument(project, capsys, argv, message):
+    with pytest.raises(SystemExit) as exc:
+        publish.main(["--build-dir", str(project.build), *argv])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_missing_build_dir_names_it(tmp_path):
+    lines = []
+    assert publish.main(["--build-dir", str(tmp_path / "missing")], log=lines.append) == 1
+    assert any(f"--build-dir {tmp_path / 'missing'}: not a directory" in line for line in lines), lines
 
 
 def test_the_card_shows_each_platforms_committed_results_only(tmp_path):

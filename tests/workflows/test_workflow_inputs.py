@@ -130,6 +130,10 @@ def test_tested_requires_exactly_the_matrix_variants_all_passing(tmp_path):
     missing = _tested_build(tmp_path / "missing", {a: {"ok": True}})
     with pytest.raises(wi.InputError, match=f"missing \\['{b}'\\]"):
         wi.check_tested(env, missing)
+    c = "torch297-cxx11-rocm96-x86_64-linux"  # built but in no matrix entry, so never GPU-tested here
+    extra = _tested_build(tmp_path / "extra", {a: {"ok": True}, b: {"ok": True}, c: {"ok": True}})
+    with pytest.raises(wi.InputError, match=f"unexpected \\['{c}'\\]"):
+        wi.check_tested(env, extra)
     failed = _tested_build(tmp_path / "failed", {a: {"ok": True}, b: {"ok": False}})
     with pytest.raises(wi.InputError, match=f"{b} has no passing GPU test"):
         wi.check_tested(env, failed)
