@@ -261,3 +261,58 @@ def test_a_negated_view_as_output_is_refused(kernel, seed_args):
     the wrapper refuses it first. (Inputs with the negative bit are materialized by torch and work.)"""
     c = torch._neg_view(seed_args["c"])
     _expect_error(kernel.gemm, dict(seed_args, c=c), "c", ValueError, "c must not be a negated or conjugated view")
+
+
+def test_a_square_weights_transposed_view_gets_a_hint_that_works(kernel, device, seeds):
+    """A (N, K) weight held as a transposed view of the same shape, N == K: `.T` would be accepted and give
+    another product, so the message names `.contiguous()` for that case, and following it is right."""
+    p = make_problem(8, 256, 256, kernel.SUPPORTED_DTYPES[0], device, seed=next(seeds))
+    x, w, xs, ws = p.natural()
+    view = w.T.contiguous().T  # w's values, strides (1, 256)
+    with pytest.raises(ValueError) as info:
+        kernel.gemm_natural(x, view, xs, ws)
+    message = str(info.value)
+    assert "if its values are (N, K), pass w.contiguous() (one copy)" in message, message
+    assert "if it is the (K, N) view of the values, pass w.T (zero-copy)" in message, message
+    torch.testing.assert_close(
+        kernel.gemm_natural(x, view.contiguous(), xs, ws), kernel.gemm_natural(x, w, xs, ws), rtol=0, atol=0
+    )
+
+
+@pytest.mark.parametrize("op", ["gemm", "gemm_natural"])
+def test_direct_op_with_a_negated_output_raises_instead_of_aborting(kernel, seed_args, natural_args, op, tmp_path):
+    """torch's own fallback for a negated in-place output aborts the interpreter: the op's Negative-key kernel
+    refuses it. Run in a child process, so that a regression fails this test instead of ending the session."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from tests.conftest import REPO_ROOT
+
+    args = seed_args if op == "gemm" else natural_args
+    out_name = "c" if op == "gemm" else "out"
+    torch.save({k: v.cpu() for k, v in args.items()}, tmp_path / "args.pt")
+    script = textwrap.dedent(f"""
+        import sys, torch
+        sys.path.insert(0, {str(REPO_ROOT)!r})
+        from kernels import get_local_kernel
+        from tests.conftest import BUILD_DIR
+        kernel = get_local_kernel(BUILD_DIR)
+        device = {str(seed_args["a"].device)!r}
+        args = {{k: v.to(device) for k, v in torch.load({str(tmp_path / "args.pt")!r}).items()}}
+        out, scale = {out_name!r}, {"a_scale" if op == "gemm" else "x_scale"!r}
+        before = args[out].clone()
+        try:
+            kernel.ops.{op}(**dict(args, **{{out: torch._neg_view(args[out])}}))
+        except ValueError as e:
+            print("refused:", e)
+        print("untouched:", torch.equal(args[out], before))
+        kernel.ops.{op}(**args)
+        negated = dict(args, **{{scale: torch._neg_view(-args[scale]), out: torch.empty_like(before)}})
+        kernel.ops.{op}(**negated)  # the same scale values, negated lazily: materialized, same product
+        print("same:", torch.equal(negated[out], args[out]))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"refused: {op}: {out_name} must not be a negated view" in proc.stdout, proc.stdout
+    assert "untouched: True" in proc.stdout and "same: True" in proc.stdout, proc.stdout

@@ -82,3 +82,36 @@ def test_compiled_call_refuses_an_output_overlapping_an_input(kernel, device):
         out = torch.empty(M, N, dtype=torch.bfloat16, device=device)
         compiled(p.a, p.b, p.a_scale, p.b_scale, out)
         assert torch.equal(out, expected), backend
+
+
+def test_traced_outside_dynamo_with_an_output(kernel, device, seeds):
+    """make_fx, aot_function and FakeTensorMode trace with tensors that have no addresses: the output check
+    goes into the graph as an op, as under torch.compile (reading addresses there raised "Cannot access data
+    pointer", or refused a valid call because every fake address is 0), and the traced graph computes the
+    eager result."""
+    from functorch.compile import aot_function, nop
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    M, N, K = 24, 136, 256
+    p = make_problem(M, N, K, kernel.SUPPORTED_DTYPES[0], device, seed=next(seeds))
+    x, w, xs, ws = p.natural()
+    expected = kernel.gemm(p.a, p.b, p.a_scale, p.b_scale)
+
+    def seed_call(a, b, sa, sb, c):
+        return kernel.gemm(a, b, sa, sb, c)
+
+    def natural_call(x, w, xs, ws, out):
+        return kernel.gemm_natural(x, w, xs, ws, out)
+
+    with FakeTensorMode() as mode:
+        fake = [mode.from_tensor(t) for t in (p.a, p.b, p.a_scale, p.b_scale)]
+        assert seed_call(*fake, torch.empty(M, N, dtype=torch.bfloat16, device=device)).shape == (M, N)
+    for fn, args in ((seed_call, (p.a, p.b, p.a_scale, p.b_scale)), (natural_call, (x, w, xs, ws))):
+        graph = make_fx(fn, tracing_mode="fake")(*args, torch.empty(M, N, dtype=torch.bfloat16, device=device))
+        out = torch.empty(M, N, dtype=torch.bfloat16, device=device)
+        graph(*args, out)
+        assert torch.equal(out, expected), fn.__name__
+        out = torch.empty(M, N, dtype=torch.bfloat16, device=device)
+        aot_function(fn, fw_compiler=nop)(*args, out)
+        assert torch.equal(out, expected), fn.__name__

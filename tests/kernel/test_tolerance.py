@@ -89,3 +89,12 @@ def test_allowance_needs_the_terms(ref_mod):
     ref = torch.zeros(2, 2)
     with pytest.raises(ValueError, match="magnitude"):
         ref_mod.tolerance(ref, 1e-4)
+
+
+def test_non_finite_reference_needs_the_same_value(ref_mod):
+    """inf or NaN scales give inf or NaN references: the same value passes, anything else fails, and a
+    finite reference still refuses inf or NaN."""
+    inf, nan = float("inf"), float("nan")
+    ref = torch.tensor([inf, -inf, nan, inf, nan, 1.0, 1.0]).bfloat16()
+    out = torch.tensor([inf, -inf, nan, -inf, 2.0, inf, nan]).bfloat16()
+    assert ref_mod.within_tolerance(out, ref).tolist() == [True, True, True, False, False, False, False]

@@ -15,6 +15,7 @@ Every argument is validated here, before any kernel runs; a bad call raises ``Va
 from __future__ import annotations
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from . import reference
 from ._formats import BLOCK, SUPPORTED_DTYPES
@@ -62,7 +63,8 @@ def gemm(
         c: optional ``(M, N)`` bfloat16 output, written in place; allocated when ``None``.
 
     Returns:
-        ``c``, shape ``(M, N)``, bfloat16.
+        ``c``, shape ``(M, N)``, bfloat16. Inference only: the op has no backward, so no gradient reaches
+        inputs that require one (their values are used as they are).
 
     Holding the challenge's views (``a`` as ``(M, K)`` with strides ``(1, M)``)? Pass ``a.T``, ``b.T``,
     ``a_scale.T``, ``b_scale.T``: zero-copy.
@@ -101,7 +103,7 @@ def gemm_natural(
         out: optional ``(M, N)`` bfloat16 output, written in place; allocated when ``None``.
 
     Returns:
-        ``out``, shape ``(M, N)``, bfloat16.
+        ``out``, shape ``(M, N)``, bfloat16. Inference only, as :func:`gemm`.
     """
     _check_fp8("x", x, ("M", "K"))
     M, K = x.shape
@@ -249,9 +251,12 @@ def _check_layout(name: str, t: torch.Tensor, dims: tuple[str, str], output: boo
             f"contiguous tensor, or none and use the one returned"
         )
     if t.dim() == 2 and t.T.is_contiguous():
+        # Which fix is right depends on what the view holds, which its shape alone cannot tell when it is
+        # square: name both (a review found the zero-copy one alone sent a square weight to a wrong result).
         raise ValueError(
             f"{name} must be a row-major contiguous ({dims[0]}, {dims[1]}) tensor, got a transposed view "
-            f"(strides {t.stride()}): pass {name}.T (zero-copy) if you hold the ({dims[1]}, {dims[0]}) view"
+            f"(strides {t.stride()}): if it is the ({dims[1]}, {dims[0]}) view of the values, pass {name}.T "
+            f"(zero-copy); if its values are ({dims[0]}, {dims[1]}), pass {name}.contiguous() (one copy)"
         )
     raise ValueError(f"{name} must be row-major contiguous ({dims[0]}, {dims[1]}), got strides {t.stride()}")
 
@@ -271,9 +276,10 @@ def _output(
     # through different storages (views of one numpy buffer), and two slices of one storage need not overlap.
     # Fake tensors (torch.compile) have no addresses: there the check is an op of the graph, run on the real
     # tensors (functionalization would hand the kernel a copy of the output, which overlaps nothing).
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or any(_is_traced(t) for t in (out, *inputs)):
         # Dynamo cannot trace is_neg() (a graph break); a negated output fails in torch's own fake-tensor
-        # call while tracing instead, with a RuntimeError and no crash.
+        # call while tracing instead, with a RuntimeError and no crash. Traced outside Dynamo (make_fx,
+        # aot_function, FakeTensorMode), the tensors have no addresses either.
         _check_no_overlap(out, list(inputs), name)
         return out
     # A lazily negated (torch._neg_view) or conjugated view holds other values than its bytes; torch's eager
@@ -305,6 +311,11 @@ def _(out, inputs, name) -> None:
 torch.fx.node.has_side_effect(_check_no_overlap._opoverload)
 
 
+def _is_traced(t: torch.Tensor) -> bool:
+    """A fake tensor, or a functional wrapper (which is_fake looks through) or proxy-traced one."""
+    return is_fake(t) or torch._is_functional_tensor(t)
+
+
 def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether two contiguous tensors' bytes intersect (an empty tensor spans none)."""
     return a.data_ptr() < b.data_ptr() + b.nbytes and b.data_ptr() < a.data_ptr() + a.nbytes
@@ -333,6 +344,30 @@ def _gemm_natural_fake(x, w, x_scale, w_scale, out) -> None:
 def _quantize_rows_fake(x, power_of_two, q, scale) -> None:
     _one_device("quantize_rows", x=x, q=q, scale=scale)
 
+
+# torch's fallback for a lazily negated tensor (torch._neg_view) copies it first; for an in-place output it
+# then fails an internal assert and aborts the interpreter (a direct torch.ops call: the wrappers above refuse
+# such an output before). Each op's kernel for the Negative key refuses a negated output instead, and runs
+# the op on negated inputs made plain.
+_NEGATIVE = torch.library.Library(add_op_namespace_prefix("").split("::")[0], "IMPL")
+
+
+def _negated_view_kernel(op_name: str, arg_names: tuple[str, ...], outputs: tuple[str, ...]):
+    def kernel(*args):
+        for arg_name, value in zip(arg_names, args, strict=True):
+            if arg_name in outputs and value.is_neg():
+                raise ValueError(f"{op_name}: {arg_name} must not be a negated view: pass a plain tensor")
+        return getattr(ops, op_name)(*(a.resolve_neg() if isinstance(a, torch.Tensor) else a for a in args))
+
+    return kernel
+
+
+for _op, _args, _outputs in (
+    ("gemm", ("a", "b", "a_scale", "b_scale", "c"), ("c",)),
+    ("gemm_natural", ("x", "w", "x_scale", "w_scale", "out"), ("out",)),
+    ("quantize_rows", ("x", "power_of_two", "q", "scale"), ("q", "scale")),
+):
+    _NEGATIVE.impl(_op, _negated_view_kernel(_op, _args, _outputs), "Negative")
 
 # Last: the layers call `linear`, defined above.
 from . import layers  # noqa: E402

@@ -79,7 +79,9 @@ def tolerance(ref: torch.Tensor, allowance: float = 0.0, terms: torch.Tensor | N
 def within_tolerance(
     out: torch.Tensor, ref: torch.Tensor, allowance: float = 0.0, terms: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Elementwise: |out - ref| <= tolerance(ref, allowance, terms), and no NaN/inf where ref has none."""
+    """Elementwise: |out - ref| <= tolerance(ref, allowance, terms), and no NaN/inf where ref has none. Where
+    ref is inf or NaN (inf or NaN scales), out must be the same inf, or NaN."""
     out32, ref32 = out.float(), ref.float()
-    close = (out32 - ref32).abs() <= tolerance(ref32, allowance, terms)
-    return close & (torch.isfinite(out32) | ~torch.isfinite(ref32))
+    finite = torch.isfinite(ref32)
+    close = finite & torch.isfinite(out32) & ((out32 - ref32).abs() <= tolerance(ref32, allowance, terms))
+    return close | (~finite & ((out32 == ref32) | (out32.isnan() & ref32.isnan())))
