@@ -57,6 +57,28 @@ int sm_count(int device) {
   return counts[device];
 }
 
+// The build holds sm_90a machine code only, with no PTX another GPU could compile: on any other device the
+// first launch would fail with a bare CUDA error, so the call is refused first, naming the tensor.
+void check_hopper(at::Tensor const &t, char const *name) {
+  static std::mutex mu;
+  static std::vector<int> capabilities;  // major * 10 + minor, 0 until asked
+  int const device = t.get_device();
+  int capability;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (device >= static_cast<int>(capabilities.size())) capabilities.resize(device + 1, 0);
+    if (capabilities[device] == 0) {
+      int major = 0, minor = 0;
+      C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+      C10_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+      capabilities[device] = major * 10 + minor;
+    }
+    capability = capabilities[device];
+  }
+  TORCH_CHECK(capability == 90, name, " is on ", t.device(), ", a GPU of compute capability ", capability / 10, ".",
+              capability % 10, ": this build of gemm has kernels for compute capability 9.0 (Hopper: H100, H200) only");
+}
+
 bool aligned16(void const *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // t itself, or a copy of it where it does not start on a 16-byte boundary (TMA bases, 16-byte loads):
@@ -74,9 +96,11 @@ void check_cutlass(int rc, int cfg, int64_t M, int64_t N, int64_t K) {
               " failed for M=", M, " N=", N, " K=", K, " (cutlass::Status ", rc, ")");
 }
 
-// The GEMM on K-major operands. CUTLASS's TMA epilogue needs N % 8 == 0 and 16-byte aligned output
-// rows: otherwise the problem runs with N rounded up to a multiple of 8 (w padded with zero rows in a
-// scratch copy, so no load reads past w) into a padded bf16 scratch, which is then copied to out.
+// The GEMM on K-major operands. The output's TMA store needs N % 8 == 0 and 16-byte aligned output rows:
+// otherwise the problem runs with N rounded up to a multiple of 8 into a padded bf16 scratch, which is then
+// copied to out. w's rows past N are zeros: the hand-written and decode kernels' TMA loads fill them
+// (GemmArgs::w_rows); for CUTLASS's configurations w is copied into a padded scratch first (a review found
+// that copy made on every call, e.g. 206 MB for a 50257 x 4096 vocabulary projection).
 // after_prep: the seed preparation is the stream's last kernel, and the GEMM may launch as its
 // programmatic dependent when nothing else is queued in between.
 // seed_a: x is the seed's a (K, M) and x_scale its a_scale (K/128, M), read as they are (GemmArgs::seed_a;
@@ -117,7 +141,8 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
   bool const direct = (Np == N) && aligned16(out.data_ptr());
   at::Tensor d = direct ? out : at::empty({M, Np}, out.options());
   at::Tensor wp = w;
-  if (Np != N) {
+  bool const pad_w = Np != N && !w_rows_from_tma(cfg);
+  if (pad_w) {
     wp = at::empty({Np, K}, w.options());
     C10_CUDA_CHECK(cudaMemcpyAsync(wp.data_ptr(), w.data_ptr(), N * K, cudaMemcpyDeviceToDevice, stream));
     C10_CUDA_CHECK(cudaMemsetAsync(static_cast<uint8_t *>(wp.data_ptr()) + N * K, 0, (Np - N) * K, stream));
@@ -137,6 +162,7 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
   g.sw = w_scale.data_ptr<float>();
   g.M = static_cast<int>(M);
   g.N = static_cast<int>(Np);
+  g.w_rows = static_cast<int>(pad_w ? Np : N);
   g.K = static_cast<int>(K);
   g.device = device;
   g.sm_count = sm_count(device);
@@ -157,7 +183,7 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
   }
   // Not after w's padding copy, nor with a workspace (CUTLASS may clear it first; a split tail zeroes its
   // counters first): only kernel -> kernel.
-  g.pdl = after_prep && Np == N && ws_bytes == 0;
+  g.pdl = after_prep && !pad_w && ws_bytes == 0;
   int const rc = kConfigs[cfg].run(g, ws_bytes > 0 ? workspace.data_ptr() : nullptr, stream);
   check_cutlass(rc, cfg, M, N, K);
   if (sliced) {
@@ -180,6 +206,7 @@ void natural_with_config(at::Tensor &out, at::Tensor const &x_in, at::Tensor con
   check_fp8_cuda(x_in, "x");
   check_fp8_cuda(w_in, "w");
   c10::cuda::CUDAGuard guard(x_in.device());
+  check_hopper(x_in, "x");
   // TMA wants 16-byte aligned bases: a contiguous view that starts elsewhere (a slice of a larger buffer)
   // is copied first, as quantize_rows does (a fresh allocation is aligned). The scales need only 4 bytes
   // (4-byte copies), and an unaligned out is written through a scratch tile (natural_impl).
@@ -209,12 +236,18 @@ void seed_prepare(at::Tensor &x, at::Tensor &w, at::Tensor &x_scale, at::Tensor 
   C10_CUDA_CHECK(launch_seed_prep(p, c10::cuda::getCurrentCUDAStream(a.get_device()).stream()));
 }
 
-void seed_with_config(at::Tensor &c, at::Tensor const &a, at::Tensor const &b, at::Tensor const &a_scale,
+void seed_with_config(at::Tensor &c, at::Tensor const &a_in, at::Tensor const &b_in, at::Tensor const &a_scale,
                       at::Tensor const &b_scale, Tuning tuning) {
-  check_fp8_cuda(a, "a");
-  check_fp8_cuda(b, "b");
-  c10::cuda::CUDAGuard guard(a.device());
-  int64_t const K = a.size(0), M = a.size(1), N = b.size(1);
+  check_fp8_cuda(a_in, "a");
+  check_fp8_cuda(b_in, "b");
+  c10::cuda::CUDAGuard guard(a_in.device());
+  check_hopper(a_in, "a");
+  int64_t const K = a_in.size(0), M = a_in.size(1), N = b_in.size(1);
+  // The 16-byte paths (the fused kernel, a read as it is, the vector transpose) take rows of 16-byte
+  // multiples from aligned bases: a view starting elsewhere is copied once rather than sent down the
+  // byte-wise transpose.
+  at::Tensor const a = M % 16 == 0 ? aligned16_or_copy(a_in) : a_in;
+  at::Tensor const b = N % 16 == 0 ? aligned16_or_copy(b_in) : b_in;
   int64_t const KB = K / kBlock, NB = (N + kBlock - 1) / kBlock;
   int const device = a.get_device();
   int const sms = sm_count(device);
@@ -298,6 +331,7 @@ void gemm_cuda::quantize_rows_with(torch::Tensor &q, torch::Tensor &scale, torch
                                    bool power_of_two, int rounds) {
   TORCH_CHECK((reinterpret_cast<uintptr_t>(q.data_ptr()) & 7) == 0, "q must start on an 8-byte boundary");
   c10::cuda::CUDAGuard guard(x_in.device());
+  gemm_cuda::check_hopper(x_in, "x");
   at::Tensor const x = gemm_cuda::aligned16_or_copy(x_in);
   gemm_cuda::QuantizeRowsArgs a{};
   a.x = x.data_ptr();

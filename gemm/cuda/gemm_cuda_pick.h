@@ -290,6 +290,10 @@ inline bool pick_seed_fused(int64_t M, int64_t N, int64_t K, int64_t sms = kSms)
 // fragments built in registers from raw M-major boxes: the hand-written kernels with one accumulator and
 // whole 64-column output boxes, 128x128, 128x192 and 192x128. Not 192x144 (its accumulators leave no 16
 // registers for the fragments) nor 128x96 with two accumulators (each batch in flight would need its own).
+// The configurations whose w tensor map has w's own rows (GemmArgs::w_rows): the hand-written and the
+// decode kernels. CUTLASS's (0-5) describe B with the problem's N, so where N % 8 != 0 they need w padded.
+inline bool w_rows_from_tma(int cfg) { return cfg >= kSquare128Config && cfg <= kNarrow96TwoAccConfig; }
+
 inline bool seed_a_config(int cfg) {
   return cfg == kSquare128Config || cfg == kWide192Config || cfg == kTall192Config;
 }

@@ -131,6 +131,28 @@ def _kernel_names(fn) -> set[str]:
     return {e.name for e in prof.events() if e.device_type.name == "CUDA"}
 
 
+@pytest.mark.parametrize(
+    ("shape", "w_copied"),
+    [
+        ((17, 2999, 512), False),  # the decode kernel
+        ((1000, 2999, 512), False),  # the hand-written 128x192 kernel
+        ((300, 2001, 4096), True),  # CUTLASS's K-sliced configuration: its B descriptor spans N rounded up to 8
+    ],
+    ids=lambda v: _id(v) if isinstance(v, tuple) else str(v),
+)
+def test_w_is_copied_for_n_not_a_multiple_of_8_only_where_cutlass_runs(cuda_kernel, seeds, shape, w_copied):
+    """N % 8 != 0: the hand-written and decode kernels' TMA loads fill w's rows past N with zeros
+    (GemmArgs::w_rows), so only CUTLASS's configurations copy w into a zero-padded scratch (a device-to-device
+    memcpy; nothing else in these calls is one). Before, every call copied w (206 MB for a 50257 x 4096
+    projection)."""
+    m, n, k = shape
+    p = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(seeds))
+    out = poisoned_output(m, n, "cuda")
+    names = _kernel_names(lambda: cuda_kernel.gemm_natural(*p.natural(), out))
+    assert any(s.startswith("Memcpy DtoD") for s in names) == w_copied, names
+    assert_matches(cuda_kernel, out, p, f"natural {_id(shape)}")
+
+
 def _fused_on_the_ops_path() -> bool:
     """gemm_cuda_pick.h's kSeedFusedOnTheOpsPath, which the built kernel was compiled with."""
     text = (pathlib.Path(__file__).resolve().parents[2] / "gemm" / "cuda" / "gemm_cuda_pick.h").read_text()
@@ -143,7 +165,9 @@ def test_seed_layout_takes_the_kernel_that_pick_seed_fused_names(cuda_kernel, se
     kSeedFusedOnTheOpsPath is on (since run 125), the preparation pass otherwise. At
     1024x1536x7168 (one wave of tiles, M + N < 6144) the preparation pass runs either way. Views of a and b
     that start off a 16-byte boundary (no TMA) take the preparation pass too, and every view computes the
-    right answer."""
+    right answer. A view of a or b that starts off a 16-byte boundary (rows of whole 16-byte multiples) is
+    copied once and then takes the path an aligned one takes, never the byte-wise transpose; a_scale's view
+    needs no copy (its scales are read 4 bytes at a time)."""
     on = _fused_on_the_ops_path()
     for m, n, k, fused in ((512, 4096, 512, on), (1024, 1536, 7168, False)):
         p = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(seeds))
@@ -161,15 +185,16 @@ def test_seed_layout_takes_the_kernel_that_pick_seed_fused_names(cuda_kernel, se
 
     m, n, k = 512, 4096, 512
     p = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(seeds))
-    # a_scale's view may take the fused kernel: its scales are copied 4 bytes at a time.
-    for what, args, may_fuse in (
-        ("a one byte off", (shifted(p.a, 1), p.b, p.a_scale, p.b_scale), False),
-        ("b one byte off", (p.a, shifted(p.b, 1), p.a_scale, p.b_scale), False),
-        ("a_scale one float off", (p.a, p.b, shifted(p.a_scale, 1), p.b_scale), True),
+    for what, args, copied in (
+        ("a one byte off", (shifted(p.a, 1), p.b, p.a_scale, p.b_scale), True),
+        ("b one byte off", (p.a, shifted(p.b, 1), p.a_scale, p.b_scale), True),
+        ("a_scale one float off", (p.a, p.b, shifted(p.a_scale, 1), p.b_scale), False),
     ):
         c = poisoned_output(m, n, "cuda")
         names = _kernel_names(lambda args=args, c=c: cuda_kernel.gemm(*args, c))
-        assert may_fuse or not any("seed_fused_kernel" in s for s in names), (what, names)
+        assert any("Memcpy" in s for s in names) == copied, (what, names)
+        assert any("seed_fused_kernel" in s for s in names) == on, (what, names)
+        assert not any("transpose_bytes" in s for s in names), (what, names)
         assert_matches(cuda_kernel, c, p, f"seed, {what}")
 
 
