@@ -148,6 +148,15 @@ inline Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
     t.cfg = kWide192Config;
     return t;
   }
+  // Deep K over 8 or more waves of 128x128 tiles, where the last wave's fill hardly matters: the 128x192
+  // kernel too (the rule above gave these to CUTLASS's 128x128 kernel when 128x192's last wave was the
+  // emptier one). Measured (run 147, H100, tests/cuda/config_sweep.py, 2 rounds, us, CUTLASS 128x128 /
+  // hand-written 128x128 / 128x192): 2048x50256x4096 829.8 / 827.2 / 699.1, 8192x2999x7168 429.8 / 387.5
+  // / 341.6, 512x50257x4096 396.5 / 254.4 / 236.1 (CUTLASS's with w copied, N % 8 != 0).
+  if (K >= 4096 && wave_count(tiles, kSms) >= 8) {
+    t.cfg = kWide192Config;
+    return t;
+  }
   if (K <= 512) {
     // Three or more waves of 128x128 tiles, fewer of 192x128 ones whose last wave is no emptier: the
     // 192x128 kernel (three consumer warpgroups, its epilogue split three ways), as for four waves above.

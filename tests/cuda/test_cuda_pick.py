@@ -101,6 +101,16 @@ def test_challenge_shapes_take_the_measured_configurations(pick_program):
     assert not wrong, wrong
 
 
+def test_many_waves_at_deep_k_take_the_128x192_kernel(pick_program):
+    """8 or more waves of 128x128 tiles at K >= 4096: the hand-written 128x192 kernel, not CUTLASS's 128x128
+    one (run 147: 16-40 % faster on the three shapes below); fewer waves keep the rules measured before."""
+    got = picks(pick_program, [(2048, 50256, 4096), (8192, 2999, 7168), (512, 50257, 4096), (2048, 2999, 7168)])
+    assert got[(2048, 50256, 4096)]["cfg"] == WGMMA_128x192
+    assert got[(8192, 2999, 7168)]["cfg"] == WGMMA_128x192
+    assert got[(512, 50257, 4096)]["cfg"] == WGMMA_128x192
+    assert got[(2048, 2999, 7168)]["cfg"] == COOP_128  # 384 tiles: 3 waves
+
+
 def test_decode_shapes_take_the_decode_kernel_up_to_a_wave_of_weight_tiles(pick_program):
     """M <= 64: the decode kernel, K cut into slices from K = 4096 where its 64-row weight tiles leave SMs idle
     (run 43); from 33 rows on only up to a wave (132) of those tiles (runs 88, 91)."""
