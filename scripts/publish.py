@@ -10,9 +10,10 @@ What it does (all through huggingface_hub's HfApi; no hand-written HTTP):
 - local files are checked against their metadata digest (kernels_data) before anything is sent,
   so a truncated .so is never published;
 - a variant whose files all equal the branch's (by hash, from the branch's tree) and whose metadata.json
-  agrees in every field the loader reads is skipped; an unchanged re-release, or the same sources
-  rebuilt from another commit, makes no commit and uploads nothing, while a file damaged on the Hub or
-  a metadata-only fix is published;
+  agrees in all but what a rebuild changes (the commit, the build record, the checks' details) is
+  skipped; an unchanged re-release, or the same sources rebuilt from another commit, makes no commit and
+  uploads nothing, while a file damaged on the Hub, a metadata-only fix or a clean rebuild of a dirty
+  release is published;
 - files of a rebuilt variant that are no longer built are deleted in the same commit; other
   variants on the branch are kept;
 - large files are uploaded first (preupload: Xet when hf_xet is installed, else git-LFS), then one
@@ -477,12 +478,16 @@ class Plan:
         return ops
 
 
-# The metadata.json fields the kernels loader reads (kernels' Metadata and its validators). The rest
-# (provenance's commit, build, checks: the absolute path of the smoke load) changes with every rebuild of
-# the same sources, so a variant whose files and these fields match the branch is not published again.
-LOADER_METADATA_FIELDS = (
-    "name", "id", "version", "license", "python-depends", "backend", "kernels-minver", "digest",
-)  # fmt: skip
+def _metadata_that_matters(meta: dict[str, Any]) -> dict[str, Any]:
+    """metadata.json less what changes with every rebuild of the same sources: the commit built from, the
+    build's own record (host, paths) and the checks' details (each check's pass or fail stays). Two builds
+    that agree here and in every file are the same release."""
+    kept = {k: v for k, v in meta.items() if k not in ("build", "checks")}
+    kept["checks"] = {name: (c or {}).get("ok") for name, c in (meta.get("checks") or {}).items()}
+    provenance = dict(meta.get("provenance") or {})
+    provenance["kernel"] = {k: v for k, v in (provenance.get("kernel") or {}).items() if k != "commit"}
+    kept["provenance"] = provenance
+    return kept
 
 
 def _variant_plan(v: LocalVariant, remote: dict[str, RepoFile], remote_meta: dict[str, Any] | None) -> VariantPlan:
@@ -492,11 +497,9 @@ def _variant_plan(v: LocalVariant, remote: dict[str, RepoFile], remote_meta: dic
     # Hub is published again.
     changed = {rel: f for rel, f in v.files.items() if not f.same_as(remote_here.get(rel))}
     stale = [prefix + rel for rel in sorted(remote_here) if rel not in v.files]
-    loader_meta_same = remote_meta is not None and all(
-        remote_meta.get(k) == v.meta.get(k) for k in LOADER_METADATA_FIELDS
-    )
-    if not stale and set(changed) <= {"metadata.json"} and (loader_meta_same or not changed):
-        reason = "files identical to the branch" if not changed else "files and the loader's metadata match the branch"
+    meta_same = remote_meta is not None and _metadata_that_matters(remote_meta) == _metadata_that_matters(v.meta)
+    if not stale and set(changed) <= {"metadata.json"} and (meta_same or not changed):
+        reason = "files identical to the branch" if not changed else "files and metadata match the branch (rebuilt)"
         return VariantPlan(v.name, "skip", unchanged=len(v.files), reason=reason)
     plan = VariantPlan(v.name, "update" if remote_here else "new")
     plan.adds = [(prefix + rel, f) for rel, f in changed.items()]

@@ -153,7 +153,7 @@ inline Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   // emptier one). Measured (run 147, H100, tests/cuda/config_sweep.py, 2 rounds, us, CUTLASS 128x128 /
   // hand-written 128x128 / 128x192): 2048x50256x4096 829.8 / 827.2 / 699.1, 8192x2999x7168 429.8 / 387.5
   // / 341.6, 512x50257x4096 396.5 / 254.4 / 236.1 (CUTLASS's with w copied, N % 8 != 0).
-  if (K >= 4096 && wave_count(tiles, kSms) >= 8) {
+  if (K >= 4096 && M >= 512 && wave_count(tiles, kSms) >= 8) {  // M as measured
     t.cfg = kWide192Config;
     return t;
   }

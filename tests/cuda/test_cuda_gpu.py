@@ -55,7 +55,7 @@ SHAPES = [
     (1000, 1500, 4224),  # 128x96 two accumulators: partial M and N tiles, 33 K blocks (odd), N % 8 != 0
     (1008, 1520, 384),  # partial M and N tiles of 112 rows and columns
     (80, 2064, 128),  # 80 rows, one K block
-    (3, 100, 2**21 + 128),  # seed: byte-wise transposes of 65540 blocks of 32 K rows, past gridDim.y's 65535
+    (3, 100, 2**22 + 128),  # seed: byte-wise transposes of 65538 blocks of 64 K rows, past gridDim.y's 65535
     (96, 7168, 2048),  # one wave of 128x128 tiles with M + N >= 6144
     (1, 4096, 1024),  # decode kernel, one K slice
     (32, 4096, 4096),  # decode kernel, 32 rows, 2 K slices

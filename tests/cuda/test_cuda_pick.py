@@ -102,13 +102,19 @@ def test_challenge_shapes_take_the_measured_configurations(pick_program):
 
 
 def test_many_waves_at_deep_k_take_the_128x192_kernel(pick_program):
-    """8 or more waves of 128x128 tiles at K >= 4096: the hand-written 128x192 kernel, not CUTLASS's 128x128
-    one (run 147: 16-40 % faster on the three shapes below); fewer waves keep the rules measured before."""
-    got = picks(pick_program, [(2048, 50256, 4096), (8192, 2999, 7168), (512, 50257, 4096), (2048, 2999, 7168)])
+    """8 or more waves of 128x128 tiles at K >= 4096 and M >= 512: the hand-written 128x192 kernel, not
+    CUTLASS's 128x128 one (run 147: 16-40 % faster on the first three shapes below); fewer waves, or fewer rows
+    than were measured, keep the rules measured before."""
+    shapes = [(2048, 50256, 4096), (8192, 2999, 7168), (512, 50257, 4096), (2048, 2999, 7168)]
+    shapes += [(1024, 14848, 4096), (1024, 14720, 4096), (48, 152064, 4096)]
+    got = picks(pick_program, shapes)
     assert got[(2048, 50256, 4096)]["cfg"] == WGMMA_128x192
     assert got[(8192, 2999, 7168)]["cfg"] == WGMMA_128x192
     assert got[(512, 50257, 4096)]["cfg"] == WGMMA_128x192
     assert got[(2048, 2999, 7168)]["cfg"] == COOP_128  # 384 tiles: 3 waves
+    assert got[(1024, 14848, 4096)]["cfg"] == WGMMA_128x192  # 928 tiles: 8 waves, the rule's edge
+    assert got[(1024, 14720, 4096)]["cfg"] == COOP_128  # 920 tiles: 7 waves
+    assert got[(48, 152064, 4096)]["cfg"] != WGMMA_128x192  # 9 waves, but M under the measured 512
 
 
 def test_decode_shapes_take_the_decode_kernel_up_to_a_wave_of_weight_tiles(pick_program):

@@ -115,8 +115,22 @@ def test_rebuild_from_a_new_commit_is_not_published_again(hub, project, run_publ
     meta["checks"]["smoke"] = {"ok": True, "loaded": "/elsewhere/__init__.py"}
     (d / "metadata.json").write_text(json.dumps(meta, indent=2))
     rc, out = run_publish()
-    assert rc == 0 and f"{CPU}: skip (files and the loader's metadata match the branch" in out, out
+    assert rc == 0 and f"{CPU}: skip (files and metadata match the branch (rebuilt)" in out, out
     assert hub.branches(REPO) == heads
+
+
+def test_clean_rebuild_of_a_dirty_release_is_published(hub, project, run_publish):
+    """The same files, but the branch's metadata says they were built from a dirty tree (a forced release):
+    the loader warns about that on every load, so the clean build's metadata.json replaces it."""
+    d = project.variant(CPU, dirty=True)
+    assert run_publish("--force", "--reason", "hotfix from a dirty tree")[0] == 0
+    meta = json.loads((d / "metadata.json").read_text())
+    meta["provenance"]["kernel"]["dirty"] = False
+    (d / "metadata.json").write_text(json.dumps(meta, indent=2))
+    rc, out = run_publish()
+    assert rc == 0, out
+    published = json.loads(hub.files(REPO, "v1")[f"build/{CPU}/metadata.json"])
+    assert published["provenance"]["kernel"]["dirty"] is False
 
 
 def test_metadata_only_fix_is_published(hub, project, run_publish):
