@@ -68,7 +68,10 @@ def _run(builder, tmp_path, sanitizer, type_name, rows, blocks, power_of_two, ma
     proc = emu_build.run(exe, args, sanitizer, timeout=900)
     groups = -(-rows * blocks // 16)  # 16 blocks a workgroup
     grid = min(groups, max_groups or groups)
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"launches": 1, "grid": grid}
+    # Every group once: 256 lanes, 4 shuffle steps (16 lanes a block) each; a loop that revisited groups
+    # would write the same bytes again, which nothing else here would notice.
+    counts = {"launches": 1, "grid": grid, "lane_shuffles": groups * 256 * 4}
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == counts
     q = torch.from_numpy(np.fromfile(tmp_path / "q.bin", dtype=np.uint8)).reshape(rows, blocks * 128)
     scale = torch.from_numpy(np.fromfile(tmp_path / "scale.bin", dtype=np.float32)).reshape(rows, blocks)
     q_ref, scale_ref = expected(x, power_of_two)

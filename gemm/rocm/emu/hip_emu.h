@@ -471,9 +471,17 @@ inline void mfma_f32_32x32x16_fp8_fp8(long a, long b, const floatx16 &c, floatx1
 // Other wave-level operations
 // ---------------------------------------------------------------------------------------------
 // Value of lane `src(lane)` for every lane; lanes reading an inactive lane get their own value.
+// Lane-level shuffles executed since the process started (drivers read it to check how much work a
+// launch did, e.g. that a grid-stride loop visits each group once).
+inline std::atomic<uint64_t> &lane_shuffles() {
+  static std::atomic<uint64_t> count{0};
+  return count;
+}
+
 template <class T, class Src>
 inline T shuffle(T v, Src &&src) {
   static_assert(std::is_trivially_copyable<T>::value && sizeof(T) <= 8, "shuffle: <= 8-byte types");
+  lane_shuffles().fetch_add(1, std::memory_order_relaxed);
   uint64_t bits = 0;
   std::memcpy(&bits, &v, sizeof(T));
   T out = v;

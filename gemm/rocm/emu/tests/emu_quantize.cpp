@@ -7,7 +7,8 @@
 //     poisoned (0x5A bytes, NaN scales), so an element the kernel never writes shows. Every buffer holds
 //     exactly its bytes, so ASan reports any access past them.
 //     MAX_GROUPS caps the grid (HIP's limit when not given), so that small inputs run the kernel's loop
-//     over groups. Prints {"launches": ..., "grid": ...}.
+//     over groups. Prints {"launches": ..., "grid": ..., "lane_shuffles": ...}: each group processed costs
+//     its 256 lanes one shuffle per step of the block maximum's reduction, whichever workgroup takes it.
 #define GEMM_HIP_EMULATOR 1
 #include "../../quantize_kernels.h"
 #include "driver_io.h"
@@ -88,7 +89,8 @@ int main(int argc, char **argv) {
       max_groups);
   driver_io::write_file(dir + "/q.bin", q, values);
   driver_io::write_file(dir + "/scale.bin", scale, blocks * 4);
-  std::printf("{\"launches\": %d, \"grid\": %u}\n", launches, grid_x);
+  std::printf("{\"launches\": %d, \"grid\": %u, \"lane_shuffles\": %llu}\n", launches, grid_x,
+              static_cast<unsigned long long>(emu::detail::lane_shuffles().load()));
   std::free(x);
   std::free(q);
   std::free(scale);
