@@ -84,6 +84,7 @@ def compare(old: dict, new: dict, ours: str = "gemm", ref: str = "torch_blockwis
             }
         )
     only = sorted(old_ours.keys() ^ new_ours.keys())
+    lost = sorted(old_ours.keys() - new_ours.keys())  # ours timed before, not now (refused, or crashed)
     return {
         "ours": ours,
         "ref": ref,
@@ -91,6 +92,7 @@ def compare(old: dict, new: dict, ours: str = "gemm", ref: str = "torch_blockwis
         "tolerance": tolerance,
         "rows": rows,
         "unmatched": [list(k) for k in only],
+        "lost": [list(k) for k in lost],
     }
 
 
@@ -132,7 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ref", default="torch_blockwise", help="the peer whose own change corrects for drift")
     p.add_argument("--tolerance", type=float, default=0.03, help="smallest corrected change flagged (default 0.03)")
     p.add_argument("--json", type=Path, default=None, help="also write the rows here")
-    p.add_argument("--fail-on-slowdown", action="store_true", help="exit 1 when a shape is flagged slower")
+    p.add_argument(
+        "--fail-on-slowdown",
+        action="store_true",
+        help="exit 1 when a shape is flagged slower, or timed in OLD but not in NEW (refused or missing)",
+    )
     args = p.parse_args(argv)
     try:
         result = compare(report.read(args.old), report.read(args.new), args.ours, args.ref, args.tolerance)
@@ -144,7 +150,10 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1) + "\n")
     slower = [r for r in result["rows"] if r["verdict"] == "slower"]
-    return 1 if args.fail_on_slowdown and slower else 0
+    if args.fail_on_slowdown and result["lost"]:
+        shapes = ", ".join(f"{m}x{n}x{k} {lay}" for m, n, k, lay in result["lost"])
+        print(f"error: {args.ours} was timed in {args.old} but not in {args.new}: {shapes}", file=sys.stderr)
+    return 1 if args.fail_on_slowdown and (slower or result["lost"]) else 0
 
 
 if __name__ == "__main__":

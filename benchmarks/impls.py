@@ -50,15 +50,22 @@ OURS = "gemm"
 # ---------------------------------------------------------------------------------------------- ours
 
 
+def _writes(call: Fn, out: torch.Tensor) -> Fn:
+    """Marks `call` as writing `out` in place on every call: run.py poisons it before timing and checks it
+    after, so the timed calls are checked too, not only the first one."""
+    call.output = out  # type: ignore[attr-defined]
+    return call
+
+
 def _build_ours(ctx: Context, inp: Inputs, layout: str):
     k = ctx.kernel
     # Poisoned: the first call is the checked one, so an element the kernel never writes fails the check.
     out = torch.full((inp.shape.m, inp.shape.n), float("nan"), dtype=torch.bfloat16, device=ctx.device)
     if layout == "seed":
         a, b, sa, sb = inp.a, inp.b, inp.a_scale, inp.b_scale
-        return (lambda: k.gemm(a, b, sa, sb, out)), None
+        return _writes(lambda: k.gemm(a, b, sa, sb, out), out), None
     x, w, sx, sw = inp.x, inp.w, inp.x_scale, inp.w_scale
-    return (lambda: k.gemm_natural(x, w, sx, sw, out)), None
+    return _writes(lambda: k.gemm_natural(x, w, sx, sw, out), out), None
 
 
 def _build_ours_linear(ctx: Context, inp: Inputs, layout: str):

@@ -404,6 +404,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def wrong_in_timed_calls(fns, sets, calls: int, allowance: float) -> str | None:
+    """The first wrong output among those written in place (an implementation's `output`, poisoned before
+    timing) by the timed calls, which take the input sets in turn; None when all are right. A kernel
+    right only on its first call (a cache, a skipped launch) would otherwise be timed as if right."""
+    from .problem import check, magnitude, reference
+
+    for i, (fn, inputs) in enumerate(zip(fns, sets, strict=True)):
+        out = getattr(fn, "output", None)
+        if out is None or i >= calls:
+            continue
+        verdict = check(out, reference(inputs), magnitude(inputs) if allowance else None, allowance)
+        if not verdict.ok:
+            return f"input set {i}: {verdict.message}"
+    return None
+
+
 def main(argv: list[str] | None = None, kernel: ModuleType | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -475,6 +491,11 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
             raise UsageError(f"--impls: unknown {unknown}; known: {', '.join(impls_mod.BY_NAME)}")
         if not wanted:  # a run that times nothing would still replace the committed results file
             raise UsageError(f"--impls {args.impls!r} names no implementation; known: {', '.join(impls_mod.BY_NAME)}")
+        if impls_mod.OURS not in wanted and args.out is None:  # nor should one without our own records
+            raise UsageError(
+                f"--impls {args.impls!r} leaves out {impls_mod.OURS}: give --out, so that the committed results "
+                "file (our records) is not replaced"
+            )
     impl_info: dict[str, dict] = {}
     active = []
     for impl in impls_mod.IMPLS:
@@ -570,13 +591,21 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
                         refused.append({**where, "reason": f"wrong result: {verdict.message}"})
                         continue
                     ready.append((impl, where, fns, verdict))
+                for _, _, fns, _ in ready:  # outputs written in place: poisoned again, checked after timing
+                    for fn in fns:
+                        if getattr(fn, "output", None) is not None:
+                            fn.output.fill_(float("nan"))
                 time_them = time_by_calls if args.interleave == "calls" else time_by_rounds
                 timed, failed = time_them(ready, device, budget, rounds, flusher)
-                for impl, where, _, verdict in ready:
+                for impl, where, fns, verdict in ready:
                     if impl.name in failed:
                         refused.append({**where, "reason": failed[impl.name]})
                         continue
                     samples, round_medians, windows = timed[impl.name]
+                    wrong = wrong_in_timed_calls(fns, sets, len(samples), allowance)
+                    if wrong:
+                        refused.append({**where, "reason": f"wrong result in the timed calls: {wrong}"})
+                        continue
                     t = summarize(samples)
                     clock = None
                     if sampler is not None:

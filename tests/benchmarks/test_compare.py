@@ -86,3 +86,29 @@ def test_files_that_cannot_be_compared_are_refused_with_a_reason(tmp_path, capsy
     for other, reason in ((bad, "cannot read results file"), (cpu, "different platforms"), (twice, "timed twice")):
         assert compare.main([str(good), str(other)]) == 2
         assert reason in capsys.readouterr().err
+
+
+def test_the_printed_table_gives_peer_time_over_ours():
+    """The text table (what the committed *.txt and run logs hold): a peer twice as slow reads (2.00x),
+    twice as fast (0.50x), and the geomean row (1.00x) is theirs over ours too."""
+    from benchmarks import report
+    from tests.benchmarks.results_files import results_doc
+
+    doc = results_doc({(64, "natural", "gemm"): 10.0, (64, "natural", "torch"): 20.0,
+                       (128, "natural", "gemm"): 10.0, (128, "natural", "torch"): 5.0})  # fmt: skip
+    text = report.table(doc)
+    assert "20.0 (2.00x)" in text and "5.0 (0.50x)" in text, text
+    geomean = next(line for line in text.splitlines() if line.strip().startswith("geomean"))
+    assert geomean.rstrip().endswith("(1.00x)"), geomean
+
+
+def test_fail_on_slowdown_fails_when_ours_is_no_longer_timed(tmp_path, capsys):
+    """A shape ours was timed on before and not now (its result refused as wrong, or the run cut short) is
+    not a pass: --fail-on-slowdown exits 1 and names it; without the flag it is listed and exits 0."""
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text(json.dumps(two_shapes(10.0, 20.0, 10.0, 20.0)))
+    new.write_text(json.dumps(results_doc({(64, "natural", "gemm"): 10.0, (64, "natural", "torch_blockwise"): 20.0,
+                                           (128, "natural", "torch_blockwise"): 20.0})))  # fmt: skip
+    assert compare.main([str(old), str(new)]) == 0
+    assert compare.main([str(old), str(new), "--fail-on-slowdown"]) == 1
+    assert "gemm was timed in" in capsys.readouterr().err

@@ -209,6 +209,9 @@ def test_an_out_that_is_a_file_or_an_empty_impls_list_exits_2_before_timing(kern
     assert run.main([*TINY, "--impls", ",", "--out", str(out)], kernel=kernel) == 2
     assert "names no implementation" in capsys.readouterr().err
     assert not out.exists()
+    # peers alone into the default folder would replace the committed file holding our records
+    assert run.main([*TINY, "--impls", "torch_ref"], kernel=kernel) == 2
+    assert "--impls 'torch_ref' leaves out gemm: give --out" in capsys.readouterr().err
 
 
 def test_loader_without_the_kernels_package(build_dir, variant_dir, monkeypatch):
@@ -330,3 +333,39 @@ def test_committed_results_sit_in_their_platforms_folder():
     assert committed, "no committed per-variant results"
     for path in committed:
         assert report.read(path)["platform"] == path.parent.name, path
+
+
+def _kernel_right_only_once(kernel) -> types.ModuleType:
+    """The real op on its first call for each output, then nothing: right when checked, wrong when timed."""
+    mod = types.ModuleType("lazy_gemm")
+    mod.SUPPORTED_DTYPES = kernel.SUPPORTED_DTYPES
+    seen: set[int] = set()
+
+    def once(op):
+        def call(*args):
+            out = args[-1]
+            if id(out) not in seen:
+                seen.add(id(out))
+                op(*args)
+            return out
+
+        return call
+
+    mod.gemm, mod.gemm_natural = once(kernel.gemm), once(kernel.gemm_natural)
+    return mod
+
+
+def test_a_kernel_wrong_in_the_timed_calls_is_refused(kernel, tmp_path):
+    """Only the first call is checked before timing; the output, poisoned again, must hold a right result
+    after the timed calls too (a review showed a kernel that skips its later calls timed as right)."""
+    if kernel.BACKEND != "cpu":
+        pytest.skip("these runner tests time the CPU variant; the GPU run is the device's")
+    code = run.main(
+        [*TINY, "--out", str(tmp_path), "--no-plot", "--impls", "gemm"], kernel=_kernel_right_only_once(kernel)
+    )
+    assert code == 1
+    doc = report.read(tmp_path / "results.json")
+    assert not [r for r in doc["records"] if r["impl"] == "gemm"]
+    reasons = {r["layout"]: r["reason"] for r in doc["refused"] if r["impl"] == "gemm"}
+    assert set(reasons) == {"seed", "natural"}, doc["refused"]
+    assert all(r.startswith("wrong result in the timed calls: input set 0:") for r in reasons.values()), reasons

@@ -132,3 +132,44 @@ def test_reps_for_stays_inside_the_budget():
     assert reps_for(b, 1.0) == 20  # slow calls: the minimum
     assert reps_for(b, 1e-6) == 200  # fast calls: the maximum
     assert reps_for(b, 0.0025) == 100
+
+
+def test_the_flush_is_not_in_the_cpu_timings():
+    """A flush that takes 30 ms around calls that take none: every sample must stay far below it."""
+    import time
+
+    from benchmarks import timing
+
+    def slow_flush(*_):
+        time.sleep(0.03)
+
+    (samples,) = timing.time_interleaved([[lambda: None]], torch.device("cpu"), [4], [0.0], slow_flush)
+    assert len(samples) == 4 and max(samples) < 10_000, samples  # us
+
+
+def test_cuda_events_bracket_each_call_and_not_the_flush(monkeypatch):
+    """The CUDA branch, with stand-in events: flush (and its spin) first, then the start event, the call and
+    the end event, for every call; the samples are the events' elapsed times."""
+    from benchmarks import timing
+
+    log = []
+
+    class FakeEvent:
+        def __init__(self, enable_timing=False):
+            assert enable_timing
+            self.t = None
+
+        def record(self):
+            self.t = len(log)
+            log.append("record")
+
+        def elapsed_time(self, end):
+            return (end.t - self.t) / 1e3  # ms
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(timing, "sync", lambda device: None)
+    (samples,) = timing.time_interleaved(
+        [[lambda: log.append("call")]], torch.device("cuda"), [3], [10.0], lambda spin_us: log.append("flush")
+    )
+    assert log == ["flush", "record", "call", "record"] * 3
+    assert samples == [2.0, 2.0, 2.0]  # each pair spans only its call
