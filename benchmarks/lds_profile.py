@@ -167,8 +167,24 @@ def unavailable_reason(profiler: str) -> str | None:
     arch = getattr(torch.cuda.get_device_properties(0), "gcnArchName", "")
     if not arch.startswith("gfx942"):
         return f"the kernels are built for gfx942 (MI300X); this GPU is {arch or 'unknown'}"
-    if shutil.which(profiler) is None:
-        return f"{profiler} is not on PATH (ROCm >= 6.2 ships it in /opt/rocm/bin)"
+    if find_profiler(profiler) is None:
+        return f"{profiler} is not on PATH, in torch's ROCM_HOME/bin or in /opt/rocm/bin (ROCm >= 6.2 ships it)"
+    return None
+
+
+def find_profiler(profiler: str) -> str | None:
+    """The profiler's path: on PATH, else in the ROCm torch found (images that install ROCm as wheels keep
+    it under site-packages, with no /opt/rocm), else in /opt/rocm/bin."""
+    found = shutil.which(profiler)
+    if found or os.sep in profiler:
+        return found
+    try:
+        from torch.utils.cpp_extension import ROCM_HOME
+    except ImportError:
+        ROCM_HOME = None  # noqa: N806
+    for home in (ROCM_HOME, "/opt/rocm"):
+        if home and (Path(home) / "bin" / profiler).is_file():
+            return str(Path(home) / "bin" / profiler)
     return None
 
 
@@ -205,7 +221,8 @@ def _profile(build_dir: Path, out: Path, shapes: str, profiler: str, timeout_s: 
         return 0
     raw = out / "raw"
     shutil.rmtree(raw, ignore_errors=True)  # a previous run's CSVs would be summed in
-    cmd = [profiler, "--pmc", *COUNTERS, "--output-format", "csv", "-d", str(raw), "-o", "lds", "--",
+    exe = find_profiler(profiler) or profiler
+    cmd = [exe, "--pmc", *COUNTERS, "--output-format", "csv", "-d", str(raw), "-o", "lds", "--",
            sys.executable, "-m", "benchmarks.lds_profile", "--workload", "--build-dir", str(build_dir),
            "--shapes", shapes]  # fmt: skip
     print("lds_profile:", " ".join(cmd), flush=True)

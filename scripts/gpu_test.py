@@ -108,7 +108,7 @@ class Plan:
             args += ["--require-arch", self.require_arch]
         return {
             "image": self.image,
-            "entrypoint": ["python", "-m", "scripts.gpu_test", "inside"],
+            "entrypoint": ["python3", "-m", "scripts.gpu_test", "inside"],  # images need not have `python`
             "command": args,
             "name": self.container_name,
             "detach": True,
@@ -431,6 +431,7 @@ def _run_logged(cmd: list[str], env: dict[str, str], log: Path) -> int:
         for line in proc.stdout:
             sys.stdout.write(line)
             fh.write(line)
+            fh.flush()  # a container killed at its time limit keeps the log up to its last line
         return proc.wait()
 
 
@@ -516,8 +517,10 @@ def cmd_inside(args: argparse.Namespace) -> int:
         missing = sorted(set(wanted) - set(tests))
         if missing:
             raise GpuTestError(f"GPU test paths missing from the checkout: {', '.join(missing)}")
-        pytest_cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-ra",
-                      f"--junitxml={results / 'junit.xml'}", *tests]  # fmt: skip
+        # -v names each test as it starts, and faulthandler dumps the stacks of one stuck for 10 min: kernel
+        # code that never ran on a GPU before may hang there the first time.
+        pytest_cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-ra", "-v",
+                      "-o", "faulthandler_timeout=600", f"--junitxml={results / 'junit.xml'}", *tests]  # fmt: skip
         rc = _run_logged(pytest_cmd, env, results / "pytest.log")
         counts = junit_counts(results / "junit.xml")
         ran = counts.get("tests", 0) - counts.get("skipped", 0)
@@ -532,11 +535,14 @@ def cmd_inside(args: argparse.Namespace) -> int:
             if rc == 0:
                 report["bench"]["compare"] = compare_with_committed(results / "bench", Path.cwd())
         report["ok"] = all(report.get(k, {}).get("ok", True) for k in ("loader", "pytest", "bench"))
+        # The verdict is written before the profile too: a profile cut short by the container's time limit
+        # leaves the verdict behind (finally rewrites it with the profile's outcome).
+        (results / "report.json").write_text(json.dumps(report, indent=2) + "\n")
         if args.bench:
             # Information only, after the verdict: what the GPU counts, for the bank model's open question.
             # benchmarks.lds_profile bounds its own run (--timeout) and always writes its JSON.
             prof_cmd = [sys.executable, "-m", "benchmarks.lds_profile", "--build-dir", str(args.kernel_dir),
-                        "--out", str(results / "lds_profile")]  # fmt: skip
+                        "--out", str(results / "lds_profile"), "--timeout", "600"]  # fmt: skip
             try:
                 rc = _run_logged(prof_cmd, env, results / "lds_profile.log")
                 report["lds_profile"] = {"exit_code": rc, "results": "lds_profile/lds_profile.json"}

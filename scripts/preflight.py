@@ -8,7 +8,8 @@ build on any runner)::
 Checks, each reported by name:
 
 - ``rocminfo``: the ROCm runtime answers and lists at least ``--min-gpus`` GPU agents whose ISA is
-  ``--arch`` (parsed from ``rocminfo`` output; ``--rocminfo-file`` reads a recording instead);
+  ``--arch`` (parsed from ``rocminfo`` output; ``--rocminfo-file`` reads a recording instead; a host
+  without rocminfo, its ROCm living only in the images, is read from the driver's KFD topology in sysfs);
 - ``one-gpu`` (with ``--one-gpu``): more than one such GPU only when ``HIP_VISIBLE_DEVICES`` or
   ``ROCR_VISIBLE_DEVICES`` names this runner's (the test container inherits them);
 - ``devices``: ``/dev/kfd`` and ``/dev/dri`` exist (the container device flags need them);
@@ -253,12 +254,49 @@ def prune_docker(older_than_h: int = 72) -> Check:
 
 
 ROCMINFO_FALLBACK = Path("/opt/rocm/bin/rocminfo")
+# The amdgpu driver's own list of HSA nodes: what a host with the driver but no ROCm userspace (ROCm only
+# in the images) has instead of rocminfo.
+KFD_TOPOLOGY = Path("/sys/class/kfd/kfd/topology/nodes")
+
+
+def kfd_agents(root: Path) -> list[Agent]:
+    """The agents the KFD topology lists: a node whose gfx_target_version is 0 is a CPU; otherwise the
+    version is major * 10000 + minor * 100 + stepping (90402: gfx942; the stepping is a hex digit, 90010:
+    gfx90a)."""
+    agents = []
+    for node in sorted((p for p in root.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)):
+        props = {}
+        for line in (node / "properties").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if value.strip().lstrip("-").isdigit():
+                props[key] = int(value)
+        version = props.get("gfx_target_version", 0)
+        if not version:
+            agents.append(Agent(f"node{node.name}", "CPU"))
+            continue
+        arch = f"gfx{version // 10000}{(version // 100) % 100}{version % 100:x}"
+        cus = props["simd_count"] // props["simd_per_cu"] if props.get("simd_per_cu") else None
+        agents.append(Agent(arch, "GPU", compute_units=cus))
+    if not agents:
+        raise ValueError(f"{root} lists no nodes")
+    return agents
+
+
+def gpu_agents(rocminfo_file: Path | None = None) -> list[Agent]:
+    """The agents from a recorded rocminfo output, else from rocminfo, else (no rocminfo on this host)
+    from the KFD topology."""
+    kfd_root = KFD_TOPOLOGY
+    if rocminfo_file is not None:
+        return parse_rocminfo(rocminfo_file.read_text())
+    if shutil.which("rocminfo") is None and not ROCMINFO_FALLBACK.exists() and kfd_root.is_dir():
+        return kfd_agents(kfd_root)
+    return parse_rocminfo(run_rocminfo())
 
 
 def run_rocminfo(timeout_s: float = 120.0) -> str:
     exe = shutil.which("rocminfo") or (str(ROCMINFO_FALLBACK) if ROCMINFO_FALLBACK.exists() else None)
     if exe is None:
-        raise RuntimeError("rocminfo not found on PATH or in /opt/rocm/bin")
+        raise RuntimeError(f"rocminfo not found on PATH or in /opt/rocm/bin, and no {KFD_TOPOLOGY}")
     proc = subprocess.run([exe], capture_output=True, text=True, timeout=timeout_s, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"rocminfo exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-500:]}")
@@ -271,8 +309,7 @@ def preflight(args: argparse.Namespace) -> list[Check]:
         checks.append(reclaim_hosted_disk())
     if not args.no_gpu:
         try:
-            text = args.rocminfo_file.read_text() if args.rocminfo_file else run_rocminfo()
-            agents = parse_rocminfo(text)
+            agents = gpu_agents(args.rocminfo_file)
             checks.append(check_gpus(agents, args.arch, args.min_gpus))
             if args.one_gpu:
                 checks.append(check_one_gpu(agents, args.arch))

@@ -193,3 +193,19 @@ def test_no_gemm_kernel_in_the_profile_exits_one(tmp_path, monkeypatch):
     monkeypatch.setattr(lds_profile, "unavailable_reason", lambda profiler: None)
     profiler = _fake_profiler(tmp_path, 0, [REDUCE])
     assert lds_profile.main(["--out", str(tmp_path / "o"), "--profiler", str(profiler)]) == 1
+
+
+def test_the_profiler_is_found_in_torchs_rocm_home_when_not_on_path(tmp_path, monkeypatch):
+    """Images that install ROCm as wheels have no /opt/rocm and no rocprofv3 on PATH: torch's ROCM_HOME/bin."""
+    from torch.utils import cpp_extension
+
+    home = tmp_path / "rocm"
+    (home / "bin").mkdir(parents=True)
+    exe = home / "bin" / "rocprofv3"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setattr(cpp_extension, "ROCM_HOME", str(home))
+    assert lds_profile.find_profiler("rocprofv3") == str(exe)
+    monkeypatch.setattr(cpp_extension, "ROCM_HOME", None)
+    assert lds_profile.find_profiler("rocprofv3") in (None, "/opt/rocm/bin/rocprofv3")

@@ -149,6 +149,14 @@ def test_quantize_kernel_runs_where_the_build_has_code_for_the_gpu(kernel, devic
         targeted = torch.cuda.get_device_properties(index).gcnArchName.startswith("gfx942")
     assert kernel.quantize._kernel_runs_on(index) == targeted
     x = _values(8, 512, device, seed=53)
+    with profile(activities=[ProfilerActivity.CUDA]) as probe:  # does the profiler see GPU kernels at all?
+        (x * 2).sum()
+        torch.cuda.synchronize()
+    if not any(e.device_type.name == "CUDA" for e in probe.events()):
+        pytest.skip(
+            "torch's profiler records no GPU kernels in this process (ROCm's kineto before pytorch/kineto#1338 "
+            "drops them once GPU work ran before profiling): which kernel runs cannot be seen here"
+        )
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         kernel.quantize_activations(x)
         torch.cuda.synchronize()

@@ -64,7 +64,7 @@ def test_plan_and_container_request(tmp_path, monkeypatch):
     )
     assert kw["group_add"] == ["44", "109"]
     assert kw["security_opt"] == ["seccomp=unconfined"] and kw["ipc_mode"] == "host"
-    assert kw["entrypoint"] == ["python", "-m", "scripts.gpu_test", "inside"]
+    assert kw["entrypoint"] == ["python3", "-m", "scripts.gpu_test", "inside"]
     assert kw["command"][:2] == ["--variant", VARIANT]
     vols = kw["volumes"]
     assert vols[str(tmp_path / "src")] == {"bind": "/src", "mode": "ro"}

@@ -91,8 +91,34 @@ def test_main_fails_a_bad_runner(tmp_path, dev_root, capsys, monkeypatch):
 def test_missing_rocminfo_fails(tmp_path, dev_root, monkeypatch):
     monkeypatch.setattr(preflight.shutil, "which", lambda name: None)
     monkeypatch.setattr(preflight, "ROCMINFO_FALLBACK", tmp_path / "no-rocm" / "rocminfo")
+    monkeypatch.setattr(preflight, "KFD_TOPOLOGY", tmp_path / "no-kfd")
     argv = ["--dev-root", str(dev_root), "--min-free-gb", "0", "--path", str(tmp_path)]
     assert preflight.main(argv) == 1
+
+
+def _kfd_tree(root: Path, versions: list[int]) -> Path:
+    for i, version in enumerate(versions):
+        node = root / str(i)
+        node.mkdir(parents=True)
+        extra = "simd_count 1216\nsimd_per_cu 4\n" if version else "simd_count 0\n"
+        (node / "properties").write_text(
+            f"cpu_cores_count {0 if version else 96}\n{extra}gfx_target_version {version}\n"
+        )
+    return root
+
+
+def test_without_rocminfo_the_kfd_topology_lists_the_gpus(tmp_path, dev_root, monkeypatch, capsys):
+    """A host with the amdgpu driver and ROCm only inside the images: the GPUs come from sysfs."""
+    monkeypatch.setattr(preflight.shutil, "which", lambda name: None)
+    monkeypatch.setattr(preflight, "ROCMINFO_FALLBACK", tmp_path / "no-rocm" / "rocminfo")
+    monkeypatch.setattr(preflight, "KFD_TOPOLOGY", _kfd_tree(tmp_path / "kfd", [0, 90402, 90402, 90010]))
+    agents = preflight.kfd_agents(preflight.KFD_TOPOLOGY)
+    assert [(a.arch, a.device_type, a.compute_units) for a in agents] == [
+        ("", "CPU", None), ("gfx942", "GPU", 304), ("gfx942", "GPU", 304), ("gfx90a", "GPU", 304)
+    ]  # fmt: skip
+    argv = ["--dev-root", str(dev_root), "--min-free-gb", "0", "--path", str(tmp_path), "--min-gpus", "2"]
+    assert preflight.main(argv) == 0, capsys.readouterr().out
+    assert preflight.main([*argv[:-1], "3"]) == 1
 
 
 def test_no_gpu_mode_checks_disk_only(tmp_path, capsys):
