@@ -84,7 +84,10 @@ def compare(old: dict, new: dict, ours: str = "gemm", ref: str = "torch_blockwis
             }
         )
     only = sorted(old_ours.keys() ^ new_ours.keys())
-    lost = sorted(old_ours.keys() - new_ours.keys())  # ours timed before, not now (refused, or crashed)
+    # ours timed before and not now, on a shape the new run did take up (another implementation timed there,
+    # or ours refused): a wrong result or a failure, not a narrower --shapes
+    taken_up = {(r["m"], r["n"], r["k"], r["layout"]) for r in [*new["records"], *new.get("refused", [])]}
+    lost = sorted((old_ours.keys() - new_ours.keys()) & taken_up)
     return {
         "ours": ours,
         "ref": ref,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import functools
 import importlib.util
 import json
 import os
@@ -310,6 +311,8 @@ def time_by_calls(ready, device, budget, rounds, flusher) -> tuple[dict, dict[st
     if not warmed:
         return {}, failed
     reps = [reps_for(budget, w[2]) for w in warmed]
+    for w in warmed:
+        poison(w[1])  # after the warm-up: what the outputs hold next, the timed calls wrote
     t0 = time.monotonic()
     try:
         got = time_interleaved([w[1] for w in warmed], device, reps, [w[3] for w in warmed], flusher)
@@ -338,7 +341,8 @@ def time_by_rounds(ready, device, budget, rounds, flusher) -> tuple[dict, dict[s
             samples, medians, windows = timed[impl.name]
             try:
                 t0 = time.monotonic()
-                got = time_samples(fns, device, budget.per_round(rounds), flusher)
+                after = functools.partial(poison, fns)  # each round: the check sees its own timed calls
+                got = time_samples(fns, device, budget.per_round(rounds), flusher, after_warm_up=after)
                 windows.append((t0, time.monotonic()))
                 samples += got
                 medians.append(round(statistics.median(got), 3))
@@ -404,17 +408,47 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def wrong_in_timed_calls(fns, sets, calls: int, allowance: float) -> str | None:
-    """The first wrong output among those written in place (an implementation's `output`, poisoned before
-    timing) by the timed calls, which take the input sets in turn; None when all are right. A kernel
-    right only on its first call (a cache, a skipped launch) would otherwise be timed as if right."""
+class Watched:
+    """One input set's call of an implementation that writes its `output` in place (impls marks ours), with
+    the calls made since `poison()`: the output is poisoned after the warm-up, so after the timed calls it
+    holds what the last of them wrote. A kernel right only on its first calls (a cache, a skipped launch)
+    would otherwise be timed as if right."""
+
+    def __init__(self, fn) -> None:
+        self.fn, self.output, self.calls = fn, fn.output, 0
+        functools.update_wrapper(self, fn)  # its name, for whoever reports which call this is
+
+    def __call__(self):
+        self.calls += 1
+        return self.fn()
+
+    def poison(self) -> None:
+        self.output.fill_(float("nan"))
+        self.calls = 0
+
+
+def watched(fns: list) -> list:
+    return [Watched(fn) if getattr(fn, "output", None) is not None else fn for fn in fns]
+
+
+def poison(fns) -> None:
+    for fn in fns:
+        if isinstance(fn, Watched):
+            fn.poison()
+
+
+def wrong_in_timed_calls(fns, sets, allowance: float) -> str | None:
+    """The first wrong output among the watched calls' (each input set's, if called since it was poisoned);
+    None when all are right, or when it cannot be checked (then why)."""
     from .problem import check, magnitude, reference
 
     for i, (fn, inputs) in enumerate(zip(fns, sets, strict=True)):
-        out = getattr(fn, "output", None)
-        if out is None or i >= calls:
+        if not isinstance(fn, Watched) or fn.calls == 0:
             continue
-        verdict = check(out, reference(inputs), magnitude(inputs) if allowance else None, allowance)
+        try:
+            verdict = check(fn.output, reference(inputs), magnitude(inputs) if allowance else None, allowance)
+        except Exception as e:  # e.g. no memory left for the reference: no number without the check
+            return f"input set {i}: the check failed: {_reason(e)}"
         if not verdict.ok:
             return f"input set {i}: {verdict.message}"
     return None
@@ -590,11 +624,7 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
                     if not verdict.ok:
                         refused.append({**where, "reason": f"wrong result: {verdict.message}"})
                         continue
-                    ready.append((impl, where, fns, verdict))
-                for _, _, fns, _ in ready:  # outputs written in place: poisoned again, checked after timing
-                    for fn in fns:
-                        if getattr(fn, "output", None) is not None:
-                            fn.output.fill_(float("nan"))
+                    ready.append((impl, where, watched(fns), verdict))
                 time_them = time_by_calls if args.interleave == "calls" else time_by_rounds
                 timed, failed = time_them(ready, device, budget, rounds, flusher)
                 for impl, where, fns, verdict in ready:
@@ -602,7 +632,7 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
                         refused.append({**where, "reason": failed[impl.name]})
                         continue
                     samples, round_medians, windows = timed[impl.name]
-                    wrong = wrong_in_timed_calls(fns, sets, len(samples), allowance)
+                    wrong = wrong_in_timed_calls(fns, sets, allowance)
                     if wrong:
                         refused.append({**where, "reason": f"wrong result in the timed calls: {wrong}"})
                         continue

@@ -156,10 +156,16 @@ def reps_for(budget: Budget, estimate_s: float) -> int:
 
 
 def time_samples(
-    fns: Sequence[Callable[[], object]], device: torch.device, budget: Budget, flush: Flusher | None
+    fns: Sequence[Callable[[], object]],
+    device: torch.device,
+    budget: Budget,
+    flush: Flusher | None,
+    after_warm_up: Callable[[], None] | None = None,
 ) -> list[float]:
-    """Times (us) of calls rotated over `fns` (one per input set), after a warm-up."""
+    """Times (us) of calls rotated over `fns` (one per input set), after a warm-up (then `after_warm_up()`)."""
     estimate, host_us = warm_up(fns, device, budget)
+    if after_warm_up is not None:
+        after_warm_up()
     return time_interleaved([fns], device, [reps_for(budget, estimate)], [host_us], flush)[0]
 
 

@@ -281,8 +281,13 @@ def run_container(plan: Plan, client: Any, src: Path) -> int:
                 print(f"removed container {plan.container_name}", flush=True)
             except docker.errors.NotFound:
                 print(f"container {plan.container_name} was already removed", flush=True)
-            if not (plan.results / "report.json").is_file():
+            if not (plan.results / HANDED_BACK).is_file():
                 reclaim_results(plan, client)
+
+
+# Written by `inside` as its last act, just before it chowns its results: a container that ended without
+# it (killed, timed out, cancelled, even after report.json was written) left root-owned results behind.
+HANDED_BACK = ".handed-back"
 
 
 def reclaim_results(plan: Plan, client: Any) -> None:
@@ -553,6 +558,7 @@ def cmd_inside(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
     finally:
         (results / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+        (results / HANDED_BACK).write_text("")
         _chown_tree(results)
     return 0 if report["ok"] else 1
 

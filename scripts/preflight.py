@@ -265,16 +265,20 @@ def kfd_agents(root: Path) -> list[Agent]:
     gfx90a)."""
     agents = []
     for node in sorted((p for p in root.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)):
+        try:
+            text = (node / "properties").read_text()
+        except PermissionError:  # a GPU outside this process's device cgroup (the driver says EPERM)
+            continue
         props = {}
-        for line in (node / "properties").read_text().splitlines():
+        for line in text.splitlines():
             key, _, value = line.partition(" ")
             if value.strip().lstrip("-").isdigit():
                 props[key] = int(value)
         version = props.get("gfx_target_version", 0)
-        if not version:
+        if not version and not props.get("simd_count"):  # CPUs have no SIMDs (older kernels: no version)
             agents.append(Agent(f"node{node.name}", "CPU"))
             continue
-        arch = f"gfx{version // 10000}{(version // 100) % 100}{version % 100:x}"
+        arch = f"gfx{version // 10000}{(version // 100) % 100}{version % 100:x}" if version else ""
         cus = props["simd_count"] // props["simd_per_cu"] if props.get("simd_per_cu") else None
         agents.append(Agent(arch, "GPU", compute_units=cus))
     if not agents:

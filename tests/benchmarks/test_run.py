@@ -197,7 +197,7 @@ def test_bad_arguments_exit_2(capsys):
     assert "--build-dir /nonexistent/build does not exist" in capsys.readouterr().err
 
 
-def test_an_out_that_is_a_file_or_an_empty_impls_list_exits_2_before_timing(kernel, tmp_path, capsys):
+def test_an_out_that_is_a_file_or_an_empty_impls_list_exits_2_before_timing(kernel, tmp_path, capsys, monkeypatch):
     """Both used to run: --out FILE timed everything, then failed to write with a traceback (exit 1, which
     means a wrong result); --impls , timed nothing and wrote an empty results file (exit 0)."""
     a_file = tmp_path / "results.json"
@@ -210,6 +210,7 @@ def test_an_out_that_is_a_file_or_an_empty_impls_list_exits_2_before_timing(kern
     assert "names no implementation" in capsys.readouterr().err
     assert not out.exists()
     # peers alone into the default folder would replace the committed file holding our records
+    monkeypatch.setattr(run, "REPO", tmp_path / "repo")  # were the guard gone, the file written goes there
     assert run.main([*TINY, "--impls", "torch_ref"], kernel=kernel) == 2
     assert "--impls 'torch_ref' leaves out gemm: give --out" in capsys.readouterr().err
 
@@ -232,9 +233,9 @@ def test_rounds_interleave_every_implementation(kernel, tmp_path, monkeypatch):
     order: list[str] = []
     real = timing.time_samples
 
-    def spy(fns, device, budget, flush):
+    def spy(fns, device, budget, flush, after_warm_up=None):
         order.append(fns[0].__qualname__)
-        return real(fns, device, budget, flush)
+        return real(fns, device, budget, flush, after_warm_up)
 
     monkeypatch.setattr(timing, "time_samples", spy)  # run.py imports it from timing at call time
     args = [*TINY, "--out", str(tmp_path), "--no-plot", "--rounds", "3", "--interleave", "rounds"]
@@ -369,3 +370,49 @@ def test_a_kernel_wrong_in_the_timed_calls_is_refused(kernel, tmp_path):
     reasons = {r["layout"]: r["reason"] for r in doc["refused"] if r["impl"] == "gemm"}
     assert set(reasons) == {"seed", "natural"}, doc["refused"]
     assert all(r.startswith("wrong result in the timed calls: input set 0:") for r in reasons.values()), reasons
+
+
+@pytest.mark.parametrize("interleave", ["calls", "rounds"])
+def test_a_kernel_right_until_the_timed_calls_is_refused(kernel, tmp_path, monkeypatch, interleave):
+    """Right in its check and in every warm-up call, and doing nothing once the timed calls start: the outputs
+    are poisoned after the warm-up, so the check after timing sees it, in both interleave modes and over
+    several rounds and input sets."""
+    if kernel.BACKEND != "cpu":
+        pytest.skip("these runner tests time the CPU variant; the GPU run is the device's")
+    from benchmarks import timing
+
+    timing_started = []
+    real = timing.time_interleaved
+
+    def interleaved(*args, **kwargs):
+        timing_started.append(True)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(timing, "time_interleaved", interleaved)
+    mod = types.ModuleType("lazy_when_timed")
+    mod.SUPPORTED_DTYPES = kernel.SUPPORTED_DTYPES
+
+    def until_timed(op):
+        def call(*args):
+            if not timing_started:
+                op(*args)
+            return args[-1]
+
+        return call
+
+    mod.gemm, mod.gemm_natural = until_timed(kernel.gemm), until_timed(kernel.gemm_natural)
+    args = [*TINY, "--out", str(tmp_path), "--no-plot", "--impls", "gemm", "--layouts", "natural"]
+    args += ["--interleave", interleave, "--rounds", "2", "--sets", "3"]
+    assert run.main(args, kernel=mod) == 1
+    doc = report.read(tmp_path / "results.json")
+    assert not doc["records"]
+    (refused,) = doc["refused"]
+    assert refused["reason"].startswith("wrong result in the timed calls: input set 0:"), refused
+
+
+def test_a_right_kernel_passes_the_check_after_timing_in_rounds_over_many_sets(kernel, tmp_path):
+    """A set the timed calls never reached is not checked (its output stays poisoned): no false refusal."""
+    if kernel.BACKEND != "cpu":
+        pytest.skip("these runner tests time the CPU variant; the GPU run is the device's")
+    args = [*TINY, "--out", str(tmp_path), "--no-plot", "--impls", "gemm", "--interleave", "rounds"]
+    assert run.main([*args, "--rounds", "3", "--sets", "7"], kernel=kernel) == 0

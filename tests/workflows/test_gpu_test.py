@@ -211,8 +211,13 @@ def test_a_killed_container_hands_its_results_back_to_the_runner(tmp_path, monke
     assert reclaim["image"] == plan.image and reclaim["remove"] is True
     assert reclaim["entrypoint"] == ["chown", "-R", "1001:1002", gpu_test.RESULTS_MOUNT]
     assert reclaim["volumes"] == {str(plan.results): {"bind": gpu_test.RESULTS_MOUNT, "mode": "rw"}}
-    # A container that finished wrote report.json and chowned its results itself: no second container.
+    # A container killed after its early report.json (during the LDS profile) still left root's files.
     (plan.results / "report.json").write_text("{}")
+    client = FakeClient(FakeContainer({"StatusCode": 137}))
+    assert gpu_test.run_container(plan, client, tmp_path / "src") == 137
+    assert len(client.later) == 1
+    # A container that finished marked and chowned its results itself: no second container.
+    (plan.results / gpu_test.HANDED_BACK).write_text("")
     client = FakeClient(FakeContainer({"StatusCode": 0}))
     assert gpu_test.run_container(plan, client, tmp_path / "src") == 0
     assert not hasattr(client, "later")
@@ -279,6 +284,7 @@ def test_inside_reports_failure_when_the_build_tree_is_visible(tmp_path, monkeyp
     assert gpu_test.cmd_inside(args) == 1
     report = json.loads((results / "report.json").read_text())
     assert report["ok"] is False and "build is visible" in report["error"]
+    assert (results / gpu_test.HANDED_BACK).is_file()  # it finished: the host need not reclaim its results
 
 
 def _fake_docker(tmp_path: Path, ps_output: str) -> Path:

@@ -116,6 +116,18 @@ def test_without_rocminfo_the_kfd_topology_lists_the_gpus(tmp_path, dev_root, mo
     assert [(a.arch, a.device_type, a.compute_units) for a in agents] == [
         ("", "CPU", None), ("gfx942", "GPU", 304), ("gfx942", "GPU", 304), ("gfx90a", "GPU", 304)
     ]  # fmt: skip
+    unreadable = preflight.KFD_TOPOLOGY / "9"  # a GPU outside this process's cgroup: skipped, as rocminfo does
+    unreadable.mkdir()
+    (unreadable / "properties").write_text("gfx_target_version 90402\n")
+    real_read = Path.read_text
+
+    def read_text(path, *a, **kw):
+        if path.parent == unreadable:
+            raise PermissionError(1, "Operation not permitted")
+        return real_read(path, *a, **kw)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    assert len(preflight.kfd_agents(preflight.KFD_TOPOLOGY)) == 4
     argv = ["--dev-root", str(dev_root), "--min-free-gb", "0", "--path", str(tmp_path), "--min-gpus", "2"]
     assert preflight.main(argv) == 0, capsys.readouterr().out
     assert preflight.main([*argv[:-1], "3"]) == 1
