@@ -415,8 +415,8 @@ class Watched:
     would otherwise be timed as if right."""
 
     def __init__(self, fn) -> None:
-        self.fn, self.output, self.calls = fn, fn.output, 0
-        functools.update_wrapper(self, fn)  # its name, for whoever reports which call this is
+        self.fn, self.calls = fn, 0
+        functools.update_wrapper(self, fn)  # its name, and its `output` (impls' mark)
 
     def __call__(self):
         self.calls += 1
@@ -437,16 +437,18 @@ def poison(fns) -> None:
             fn.poison()
 
 
-def wrong_in_timed_calls(fns, sets, allowance: float) -> str | None:
+def wrong_in_timed_calls(fns, sets, allowance: float, first: tuple) -> str | None:
     """The first wrong output among the watched calls' (each input set's, if called since it was poisoned);
-    None when all are right, or when it cannot be checked (then why)."""
+    None when all are right, or when it cannot be checked (then why). first: set 0's (reference, terms),
+    which the run already holds."""
     from .problem import check, magnitude, reference
 
     for i, (fn, inputs) in enumerate(zip(fns, sets, strict=True)):
         if not isinstance(fn, Watched) or fn.calls == 0:
             continue
         try:
-            verdict = check(fn.output, reference(inputs), magnitude(inputs) if allowance else None, allowance)
+            ref, terms = first if i == 0 else (reference(inputs), magnitude(inputs) if allowance else None)
+            verdict = check(fn.output, ref, terms, allowance)
         except Exception as e:  # e.g. no memory left for the reference: no number without the check
             return f"input set {i}: the check failed: {_reason(e)}"
         if not verdict.ok:
@@ -632,7 +634,7 @@ def _main(args: argparse.Namespace, kernel: ModuleType | None) -> int:
                         refused.append({**where, "reason": failed[impl.name]})
                         continue
                     samples, round_medians, windows = timed[impl.name]
-                    wrong = wrong_in_timed_calls(fns, sets, allowance)
+                    wrong = wrong_in_timed_calls(fns, sets, allowance, (op_ref, op_terms))
                     if wrong:
                         refused.append({**where, "reason": f"wrong result in the timed calls: {wrong}"})
                         continue

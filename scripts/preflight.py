@@ -289,16 +289,19 @@ def kfd_agents(root: Path) -> list[Agent]:
 def gpu_agents(rocminfo_file: Path | None = None) -> list[Agent]:
     """The agents from a recorded rocminfo output, else from rocminfo, else (no rocminfo on this host)
     from the KFD topology."""
-    kfd_root = KFD_TOPOLOGY
     if rocminfo_file is not None:
         return parse_rocminfo(rocminfo_file.read_text())
-    if shutil.which("rocminfo") is None and not ROCMINFO_FALLBACK.exists() and kfd_root.is_dir():
-        return kfd_agents(kfd_root)
+    if rocminfo_path() is None and KFD_TOPOLOGY.is_dir():
+        return kfd_agents(KFD_TOPOLOGY)
     return parse_rocminfo(run_rocminfo())
 
 
+def rocminfo_path() -> str | None:
+    return shutil.which("rocminfo") or (str(ROCMINFO_FALLBACK) if ROCMINFO_FALLBACK.exists() else None)
+
+
 def run_rocminfo(timeout_s: float = 120.0) -> str:
-    exe = shutil.which("rocminfo") or (str(ROCMINFO_FALLBACK) if ROCMINFO_FALLBACK.exists() else None)
+    exe = rocminfo_path()
     if exe is None:
         raise RuntimeError(f"rocminfo not found on PATH or in /opt/rocm/bin, and no {KFD_TOPOLOGY}")
     proc = subprocess.run([exe], capture_output=True, text=True, timeout=timeout_s, check=False)

@@ -34,47 +34,45 @@ namespace gemm_cuda {
 namespace {
 
 ConfigEntry const kConfigs[] = {
-    {kNameCfg0, &workspace_cfg0, &run_cfg0}, {kNameCfg1, &workspace_cfg1, &run_cfg1},
-    {kNameCfg2, &workspace_cfg2, &run_cfg2}, {kNameCfg3, &workspace_cfg3, &run_cfg3},
-    {kNameCfg4, &workspace_cfg4, &run_cfg4}, {kNameCfg5, &workspace_cfg5, &run_cfg5},
-    {kNameCfg6, &workspace_cfg6, &run_cfg6}, {kNameCfg7, &workspace_cfg7, &run_cfg7},
-    {kNameCfg8, &workspace_cfg8, &run_cfg8}, {kNameCfg9, &workspace_cfg9, &run_cfg9},
-    {kNameCfg10, &workspace_cfg10, &run_cfg10}, {kNameCfg11, &workspace_cfg11, &run_cfg11},
+    {kNameCfg0, &workspace_cfg0, &run_cfg0, false},    {kNameCfg1, &workspace_cfg1, &run_cfg1, false},
+    {kNameCfg2, &workspace_cfg2, &run_cfg2, false},    {kNameCfg3, &workspace_cfg3, &run_cfg3, false},
+    {kNameCfg4, &workspace_cfg4, &run_cfg4, false},    {kNameCfg5, &workspace_cfg5, &run_cfg5, false},
+    {kNameCfg6, &workspace_cfg6, &run_cfg6, true},     {kNameCfg7, &workspace_cfg7, &run_cfg7, true},
+    {kNameCfg8, &workspace_cfg8, &run_cfg8, true},     {kNameCfg9, &workspace_cfg9, &run_cfg9, true},
+    {kNameCfg10, &workspace_cfg10, &run_cfg10, true}, {kNameCfg11, &workspace_cfg11, &run_cfg11, true},
 };
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
 static_assert(kNumConfigs == kConfigCount, "gemm_cuda_pick.h names every configuration of kConfigs");
 
-int sm_count(int device) {
+// The device's attributes the launchers need, read once per device. (Not ATen's getDeviceProperties: its
+// header needs cuBLAS's and cuSPARSE's, which the sm_90a compile test's toolkit does not carry.)
+struct DeviceInfo {
+  int sms = 0;
+  int capability = 0;  // major * 10 + minor
+};
+
+DeviceInfo device_info(int device) {
   static std::mutex mu;
-  static std::vector<int> counts;
+  static std::vector<DeviceInfo> infos;
   std::lock_guard<std::mutex> lock(mu);
-  if (device >= static_cast<int>(counts.size())) counts.resize(device + 1, 0);
-  if (counts[device] == 0) {
-    int n = 0;
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    counts[device] = n;
+  if (device >= static_cast<int>(infos.size())) infos.resize(device + 1);
+  DeviceInfo &info = infos[device];
+  if (info.sms == 0) {
+    int major = 0, minor = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&info.sms, cudaDevAttrMultiProcessorCount, device));
+    info.capability = major * 10 + minor;
   }
-  return counts[device];
+  return info;
 }
+
+int sm_count(int device) { return device_info(device).sms; }
 
 // The build holds sm_90a machine code only, with no PTX another GPU could compile: on any other device the
 // first launch would fail with a bare CUDA error, so the call is refused first, naming the tensor.
 void check_hopper(at::Tensor const &t, char const *name) {
-  static std::mutex mu;
-  static std::vector<int> capabilities;  // major * 10 + minor, 0 until asked
-  int const device = t.get_device();
-  int capability;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (device >= static_cast<int>(capabilities.size())) capabilities.resize(device + 1, 0);
-    if (capabilities[device] == 0) {
-      int major = 0, minor = 0;
-      C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-      C10_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-      capabilities[device] = major * 10 + minor;
-    }
-    capability = capabilities[device];
-  }
+  int const capability = device_info(t.get_device()).capability;
   TORCH_CHECK(capability == 90, name, " is on ", t.device(), ", a GPU of compute capability ", capability / 10, ".",
               capability % 10, ": this build of gemm has kernels for compute capability 9.0 (Hopper: H100, H200) only");
 }
@@ -141,7 +139,7 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
   bool const direct = (Np == N) && aligned16(out.data_ptr());
   at::Tensor d = direct ? out : at::empty({M, Np}, out.options());
   at::Tensor wp = w;
-  bool const pad_w = Np != N && !w_rows_from_tma(cfg);
+  bool const pad_w = Np != N && !kConfigs[cfg].w_own_rows;
   if (pad_w) {
     wp = at::empty({Np, K}, w.options());
     C10_CUDA_CHECK(cudaMemcpyAsync(wp.data_ptr(), w.data_ptr(), N * K, cudaMemcpyDeviceToDevice, stream));
@@ -162,7 +160,7 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
   g.sw = w_scale.data_ptr<float>();
   g.M = static_cast<int>(M);
   g.N = static_cast<int>(Np);
-  g.w_rows = static_cast<int>(pad_w ? Np : N);
+  g.w_rows = static_cast<int>(wp.size(0));
   g.K = static_cast<int>(K);
   g.device = device;
   g.sm_count = sm_count(device);

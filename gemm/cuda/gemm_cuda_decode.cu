@@ -169,7 +169,7 @@ int run_decode(GemmArgs const &g, cudaStream_t stream) {
     return -static_cast<int>(cudaErrorInvalidValue);
   }
   CUtensorMap map_w;
-  if (!encode(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.w, w_rows(g), g.K, g.K, kRows, kBlockK)) {
+  if (!encode(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.w, g.w_rows, g.K, g.K, kRows, kBlockK)) {
     return -static_cast<int>(cudaErrorInvalidValue);
   }
   cudaError_t err;

@@ -55,12 +55,11 @@ struct GemmArgs {
   // into shared memory, wgmma reading them there): configurations 6 and 7, builds with GEMM_SEED_A_EXPERIMENT
   // only (cudaErrorInvalidValue in others).
   bool seed_a_staged = false;
-  // w's rows when fewer than N (N rounded up to 8 for the output's TMA store; 0: N). The hand-written and
-  // decode kernels' TMA loads fill the rows past them with zeros, so w needs no padded copy there.
+  // w's rows, fewer than N where N is rounded up to 8 for the output's TMA store: the configurations whose
+  // tensor map of w takes them (ConfigEntry::w_own_rows) fill the rows past them with zeros, so w needs no
+  // padded copy there.
   int w_rows = 0;
 };
-// w's rows as the tensor maps of the hand-written and decode kernels describe them.
-inline int w_rows(GemmArgs const &g) { return g.w_rows > 0 ? g.w_rows : g.N; }
 bool seed_a_fits(void const *a, float const *a_scale, int64_t M);
 // Whether gemm_cuda_wgmma.cu was built with GEMM_SEED_A_EXPERIMENT (GemmArgs::seed_probe, seed_a_staged).
 bool seed_a_experiment_built();
@@ -100,6 +99,9 @@ struct ConfigEntry {
   char const *name;
   WorkspaceFn workspace;
   RunFn run;
+  // Its w is read through a tensor map of GemmArgs::w_rows rows (the hand-written and decode kernels);
+  // CUTLASS's describe B with the problem's N, so where N % 8 != 0 they need w padded.
+  bool w_own_rows;
 };
 
 #define GEMM_CUDA_DECLARE_CONFIG(ID)                         \

@@ -144,16 +144,14 @@ inline Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   // (104 tiles) 36.5 vs 39.4, 1024x2560x7168 (112) 37.0 vs 39.5, 768x3584x7168 (114) 38.2 vs 42.6.
   int64_t const tiles192 = tile_count(128, 192);
   bool const fills_wave = K >= 4096 ? 4 * tiles192 >= 3 * kSms : 10 * tiles192 >= 9 * kSms;
-  if (wave_fill(tiles192, kSms) > wave_fill(tiles, kSms) + 0.01 && fills_wave) {
-    t.cfg = kWide192Config;
-    return t;
-  }
-  // Deep K over 8 or more waves of 128x128 tiles, where the last wave's fill hardly matters: the 128x192
-  // kernel too (the rule above gave these to CUTLASS's 128x128 kernel when 128x192's last wave was the
-  // emptier one). Measured (run 147, H100, tests/cuda/config_sweep.py, 2 rounds, us, CUTLASS 128x128 /
-  // hand-written 128x128 / 128x192): 2048x50256x4096 829.8 / 827.2 / 699.1, 8192x2999x7168 429.8 / 387.5
-  // / 341.6, 512x50257x4096 396.5 / 254.4 / 236.1 (CUTLASS's with w copied, N % 8 != 0).
-  if (K >= 4096 && M >= 512 && wave_count(tiles, kSms) >= 8) {  // M as measured
+  bool const fuller_last_wave = wave_fill(tiles192, kSms) > wave_fill(tiles, kSms) + 0.01 && fills_wave;
+  // Also deep K over 8 or more waves of 128x128 tiles, where the last wave's fill hardly matters (the
+  // rule above gave these to CUTLASS's 128x128 kernel when 128x192's last wave was the emptier one).
+  // Measured (run 147, H100, tests/cuda/config_sweep.py, 2 rounds, us, CUTLASS 128x128 / hand-written
+  // 128x128 / 128x192): 2048x50256x4096 829.8 / 827.2 / 699.1, 8192x2999x7168 429.8 / 387.5 / 341.6,
+  // 512x50257x4096 396.5 / 254.4 / 236.1 (CUTLASS's with w copied, N % 8 != 0). M >= 512 as measured.
+  bool const many_waves = K >= 4096 && M >= 512 && wave_count(tiles, kSms) >= 8;
+  if (fuller_last_wave || many_waves) {
     t.cfg = kWide192Config;
     return t;
   }
@@ -299,10 +297,6 @@ inline bool pick_seed_fused(int64_t M, int64_t N, int64_t K, int64_t sms = kSms)
 // fragments built in registers from raw M-major boxes: the hand-written kernels with one accumulator and
 // whole 64-column output boxes, 128x128, 128x192 and 192x128. Not 192x144 (its accumulators leave no 16
 // registers for the fragments) nor 128x96 with two accumulators (each batch in flight would need its own).
-// The configurations whose w tensor map has w's own rows (GemmArgs::w_rows): the hand-written and the
-// decode kernels. CUTLASS's (0-5) describe B with the problem's N, so where N % 8 != 0 they need w padded.
-inline bool w_rows_from_tma(int cfg) { return cfg >= kSquare128Config && cfg <= kNarrow96TwoAccConfig; }
-
 inline bool seed_a_config(int cfg) {
   return cfg == kSquare128Config || cfg == kWide192Config || cfg == kTall192Config;
 }

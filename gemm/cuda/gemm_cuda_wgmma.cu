@@ -1069,7 +1069,7 @@ int run_wgmma_as(GemmArgs const &g, void *workspace, cudaStream_t stream) {
                       kBoxWidth == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B)
              : encode(&map_x, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.x, g.M, g.K, g.K, kBlockM, kBlockK);
   if (!x_encoded ||
-      !encode(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.w, w_rows(g), g.K, g.K, BN, kBlockK) ||
+      !encode(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.w, g.w_rows, g.K, g.K, BN, kBlockK) ||
       !encode(&map_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, g.d, g.M, g.N, g.ldd, 64, 64)) {
     return -static_cast<int>(cudaErrorInvalidValue);
   }

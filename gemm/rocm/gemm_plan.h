@@ -93,12 +93,17 @@ inline double estimate_seconds(int M, int N, int K, int layout, int config, int 
 // each dimension's global work size), which one grid row of tiles would at M <= ~20 and N near 2^30.
 constexpr unsigned long long kMaxWorkItemsPerDim = 0xffffffffull;
 
+// The most blocks of `threads` work-items one grid dimension takes.
+constexpr long long max_blocks_per_dim(int threads) {
+  return (long long)(kMaxWorkItemsPerDim / (unsigned long long)threads);
+}
+
 // The grid of a plan's tiles: grid_x blocks along x, at most `per_row` (0: as many as HIP's limit allows),
 // grid_z rows of them (1 unless the tiles need more). The kernel numbers its block z * grid_x + x; the blocks
 // past the last tile (fewer than grid_x, in the last row) return at once. A small `per_row` forces rows
 // (the emulator's tests).
 inline void set_grid(Plan& p, long long per_row = 0) {
-  if (per_row <= 0) per_row = (long long)(kMaxWorkItemsPerDim / (unsigned long long)config_info(p.config).threads());
+  if (per_row <= 0) per_row = max_blocks_per_dim(config_info(p.config).threads());
   const long long tiles = (long long)p.tiles_m * p.tiles_n;
   p.grid_z = int((tiles + per_row - 1) / per_row);
   p.grid_x = int((tiles + p.grid_z - 1) / p.grid_z);

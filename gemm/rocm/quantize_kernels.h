@@ -13,6 +13,7 @@
 //   instruction's handling of values past the range never matters.
 #pragma once
 
+#include "gemm_plan.h"  // HIP's launch limit: max_blocks_per_dim
 #include "hip_compat.h"
 
 namespace gemm_rocm {
@@ -119,7 +120,7 @@ __global__ __launch_bounds__(kQuantThreads) void quantize_rows_kernel(QuantizeAr
 // The most work-items a launch may have along x: HIP refuses a grid whose groups times threads exceeds
 // 2^32 - 1 (hipErrorInvalidConfiguration), so at most 2^24 - 1 groups of 256 threads; past that (2^28 - 16
 // blocks, 64 GiB of bf16) each workgroup takes several groups.
-constexpr int64_t kQuantMaxGroups = 0xffffffffLL / kQuantThreads;
+constexpr int64_t kQuantMaxGroups = max_blocks_per_dim(kQuantThreads);
 
 // Launches the kernel through `launch(kernel, grid, block, args)` (hipLaunchKernelGGL on the GPU,
 // emu::launch in the emulator) with at most `max_groups` workgroups (the emulator's tests pass fewer, to

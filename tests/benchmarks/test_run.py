@@ -17,12 +17,18 @@ TINY = ["--shapes", "64x64x128", "--quick", "--no-progress"]
 
 
 @pytest.fixture(scope="module")
-def cpu_run(kernel, tmp_path_factory):
-    """One CPU run of the built variant on 64x64x128, both layouts: (exit code, json path, stdout)."""
+def cpu_kernel(kernel):
+    """The built variant, where it is the CPU one (these tests time it)."""
     if kernel.BACKEND != "cpu":
         pytest.skip("these runner tests time the CPU variant; the GPU run is the device's")
+    return kernel
+
+
+@pytest.fixture(scope="module")
+def cpu_run(cpu_kernel, tmp_path_factory):
+    """One CPU run of the built variant on 64x64x128, both layouts: (exit code, json path, stdout)."""
     out = tmp_path_factory.mktemp("bench")
-    code = run.main([*TINY, "--out", str(out)], kernel=kernel)
+    code = run.main([*TINY, "--out", str(out)], kernel=cpu_kernel)
     files = sorted(out.iterdir())
     return code, out, files
 
@@ -138,12 +144,10 @@ def _kernel_with_a_wrong_quantizer(kernel) -> types.ModuleType:
     return mod
 
 
-def test_a_wrong_linear_is_refused_and_fails_the_run(kernel, tmp_path):
+def test_a_wrong_linear_is_refused_and_fails_the_run(cpu_kernel, tmp_path):
     """gemm_linear is this kernel too: a wrong result there is the run's failure (exit 1), and its check
     quantizes independently, so a quantizer bug does not cancel out."""
-    if kernel.BACKEND != "cpu":
-        pytest.skip("these runner tests time the CPU variant; the GPU run is the device's")
-    code = run.main([*TINY, "--out", str(tmp_path), "--no-plot"], kernel=_kernel_with_a_wrong_quantizer(kernel))
+    code = run.main([*TINY, "--out", str(tmp_path), "--no-plot"], kernel=_kernel_with_a_wrong_quantizer(cpu_kernel))
     assert code == 1
     doc = report.read(tmp_path / "results.json")
     refused = [r for r in doc["refused"] if r["impl"] == "gemm_linear"]
@@ -336,10 +340,16 @@ def test_committed_results_sit_in_their_platforms_folder():
         assert report.read(path)["platform"] == path.parent.name, path
 
 
+def _wrapped(kernel, name: str, wrap) -> types.ModuleType:
+    """The kernel's gemm and gemm_natural, each through wrap(op)."""
+    mod = types.ModuleType(name)
+    mod.SUPPORTED_DTYPES = kernel.SUPPORTED_DTYPES
+    mod.gemm, mod.gemm_natural = wrap(kernel.gemm), wrap(kernel.gemm_natural)
+    return mod
+
+
 def _kernel_right_only_once(kernel) -> types.ModuleType:
     """The real op on its first call for each output, then nothing: right when checked, wrong when timed."""
-    mod = types.ModuleType("lazy_gemm")
-    mod.SUPPORTED_DTYPES = kernel.SUPPORTED_DTYPES
     seen: set[int] = set()
 
     def once(op):
@@ -352,17 +362,14 @@ def _kernel_right_only_once(kernel) -> types.ModuleType:
 
         return call
 
-    mod.gemm, mod.gemm_natural = once(kernel.gemm), once(kernel.gemm_natural)
-    return mod
+    return _wrapped(kernel, "lazy_gemm", once)
 
 
-def test_a_kernel_wrong_in_the_timed_calls_is_refused(kernel, tmp_path):
+def test_a_kernel_wrong_in_the_timed_calls_is_refused(cpu_kernel, tmp_path):
     """Only the first call is checked before timing; the output, poisoned again, must hold a right result
     after the timed calls too (a review showed a kernel that skips its later calls timed as right)."""
-    if kernel.BACKEND != "cpu":
-        pytest.skip("these runner tests time the CPU variant; the GPU run is the device's")
     code = run.main(
-        [*TINY, "--out", str(tmp_path), "--no-plot", "--impls", "gemm"], kernel=_kernel_right_only_once(kernel)
+        [*TINY, "--out", str(tmp_path), "--no-plot", "--impls", "gemm"], kernel=_kernel_right_only_once(cpu_kernel)
     )
     assert code == 1
     doc = report.read(tmp_path / "results.json")
@@ -373,12 +380,10 @@ def test_a_kernel_wrong_in_the_timed_calls_is_refused(kernel, tmp_path):
 
 
 @pytest.mark.parametrize("interleave", ["calls", "rounds"])
-def test_a_kernel_right_until_the_timed_calls_is_refused(kernel, tmp_path, monkeypatch, interleave):
+def test_a_kernel_right_until_the_timed_calls_is_refused(cpu_kernel, tmp_path, monkeypatch, interleave):
     """Right in its check and in every warm-up call, and doing nothing once the timed calls start: the outputs
     are poisoned after the warm-up, so the check after timing sees it, in both interleave modes and over
     several rounds and input sets."""
-    if kernel.BACKEND != "cpu":
-        pytest.skip("these runner tests time the CPU variant; the GPU run is the device's")
     from benchmarks import timing
 
     timing_started = []
@@ -389,8 +394,6 @@ def test_a_kernel_right_until_the_timed_calls_is_refused(kernel, tmp_path, monke
         return real(*args, **kwargs)
 
     monkeypatch.setattr(timing, "time_interleaved", interleaved)
-    mod = types.ModuleType("lazy_when_timed")
-    mod.SUPPORTED_DTYPES = kernel.SUPPORTED_DTYPES
 
     def until_timed(op):
         def call(*args):
@@ -400,7 +403,7 @@ def test_a_kernel_right_until_the_timed_calls_is_refused(kernel, tmp_path, monke
 
         return call
 
-    mod.gemm, mod.gemm_natural = until_timed(kernel.gemm), until_timed(kernel.gemm_natural)
+    mod = _wrapped(cpu_kernel, "lazy_when_timed", until_timed)
     args = [*TINY, "--out", str(tmp_path), "--no-plot", "--impls", "gemm", "--layouts", "natural"]
     args += ["--interleave", interleave, "--rounds", "2", "--sets", "3"]
     assert run.main(args, kernel=mod) == 1
@@ -410,9 +413,7 @@ def test_a_kernel_right_until_the_timed_calls_is_refused(kernel, tmp_path, monke
     assert refused["reason"].startswith("wrong result in the timed calls: input set 0:"), refused
 
 
-def test_a_right_kernel_passes_the_check_after_timing_in_rounds_over_many_sets(kernel, tmp_path):
+def test_a_right_kernel_passes_the_check_after_timing_in_rounds_over_many_sets(cpu_kernel, tmp_path):
     """A set the timed calls never reached is not checked (its output stays poisoned): no false refusal."""
-    if kernel.BACKEND != "cpu":
-        pytest.skip("these runner tests time the CPU variant; the GPU run is the device's")
     args = [*TINY, "--out", str(tmp_path), "--no-plot", "--impls", "gemm", "--interleave", "rounds"]
-    assert run.main([*args, "--rounds", "3", "--sets", "7"], kernel=kernel) == 0
+    assert run.main([*args, "--rounds", "3", "--sets", "7"], kernel=cpu_kernel) == 0

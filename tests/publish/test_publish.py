@@ -21,6 +21,17 @@ pytestmark = pytest.mark.filterwarnings("ignore:Use .content=.:DeprecationWarnin
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def edit_metadata(variant_dir: Path, change) -> None:
+    """change(meta) edits the variant's metadata.json in place (after `project.variant` laid it out)."""
+    meta = json.loads((variant_dir / "metadata.json").read_text())
+    change(meta)
+    (variant_dir / "metadata.json").write_text(json.dumps(meta, indent=2))
+
+
+def published_metadata(hub, name: str = CPU) -> dict:
+    return json.loads(hub.files(REPO, "v1")[f"build/{name}/metadata.json"])
+
+
 def branch_files(hub, rev="v1", prefix="build/"):
     return {p: d for p, d in hub.files(REPO, rev).items() if p.startswith(prefix)}
 
@@ -109,11 +120,13 @@ def test_rebuild_from_a_new_commit_is_not_published_again(hub, project, run_publ
     d = project.variant(CPU)
     assert run_publish()[0] == 0
     heads = hub.branches(REPO)
-    meta = json.loads((d / "metadata.json").read_text())
-    meta["provenance"]["kernel"]["commit"] = "f" * 40
-    meta["build"]["host"] = "another-runner"
-    meta["checks"]["smoke"] = {"ok": True, "loaded": "/elsewhere/__init__.py"}
-    (d / "metadata.json").write_text(json.dumps(meta, indent=2))
+
+    def rebuilt(meta):
+        meta["provenance"]["kernel"]["commit"] = "f" * 40
+        meta["build"]["host"] = "another-runner"
+        meta["checks"]["smoke"] = {"ok": True, "loaded": "/elsewhere/__init__.py"}
+
+    edit_metadata(d, rebuilt)
     rc, out = run_publish()
     assert rc == 0 and f"{CPU}: skip (files and metadata match the branch (rebuilt)" in out, out
     assert hub.branches(REPO) == heads
@@ -124,13 +137,10 @@ def test_clean_rebuild_of_a_dirty_release_is_published(hub, project, run_publish
     the loader warns about that on every load, so the clean build's metadata.json replaces it."""
     d = project.variant(CPU, dirty=True)
     assert run_publish("--force", "--reason", "hotfix from a dirty tree")[0] == 0
-    meta = json.loads((d / "metadata.json").read_text())
-    meta["provenance"]["kernel"]["dirty"] = False
-    (d / "metadata.json").write_text(json.dumps(meta, indent=2))
+    edit_metadata(d, lambda meta: meta["provenance"]["kernel"].update(dirty=False))
     rc, out = run_publish()
     assert rc == 0, out
-    published = json.loads(hub.files(REPO, "v1")[f"build/{CPU}/metadata.json"])
-    assert published["provenance"]["kernel"]["dirty"] is False
+    assert published_metadata(hub)["provenance"]["kernel"]["dirty"] is False
 
 
 def test_metadata_only_fix_is_published(hub, project, run_publish):
@@ -138,13 +148,10 @@ def test_metadata_only_fix_is_published(hub, project, run_publish):
     metadata.json (here kernels-minver) must still reach the branch."""
     d = project.variant(CPU)
     assert run_publish()[0] == 0
-    meta = json.loads((d / "metadata.json").read_text())
-    meta["kernels-minver"] = "0.19.0"
-    (d / "metadata.json").write_text(json.dumps(meta, indent=2))
+    edit_metadata(d, lambda meta: meta.update({"kernels-minver": "0.19.0"}))
     rc, out = run_publish()
     assert rc == 0, out
-    published = json.loads(hub.files(REPO, "v1")[f"build/{CPU}/metadata.json"])
-    assert published["kernels-minver"] == "0.19.0"
+    assert published_metadata(hub)["kernels-minver"] == "0.19.0"
     assert branch_files(hub) == project.local_files(CPU)
 
 
@@ -376,9 +383,8 @@ def test_truncated_binary_is_never_published(hub, project, run_publish):
 )
 def test_variant_the_loader_would_not_accept_is_refused(hub, project, run_publish, name, why):
     d = project.variant(CPU)
-    meta = json.loads((d / "metadata.json").read_text())
-    meta["build"]["variant"] = name  # the build's own name: only the loader's parser or the backend refuse it
-    (d / "metadata.json").write_text(json.dumps(meta))
+    # the build's own name: only the loader's parser or the backend refuse it
+    edit_metadata(d, lambda meta: meta["build"].update(variant=name))
     d.rename(project.build / name)
     rc, out = run_publish("--force", "--reason", "try anyway")
     assert rc == 1 and f"{name}: {why}" in out

@@ -88,9 +88,14 @@ def test_main_fails_a_bad_runner(tmp_path, dev_root, capsys, monkeypatch):
     assert "preflight rocminfo: FAILED" in out and "::error title=preflight::" in out
 
 
-def test_missing_rocminfo_fails(tmp_path, dev_root, monkeypatch):
+@pytest.fixture
+def no_rocminfo(tmp_path, monkeypatch):
+    """A host without rocminfo, on PATH or in /opt/rocm."""
     monkeypatch.setattr(preflight.shutil, "which", lambda name: None)
     monkeypatch.setattr(preflight, "ROCMINFO_FALLBACK", tmp_path / "no-rocm" / "rocminfo")
+
+
+def test_missing_rocminfo_fails(tmp_path, dev_root, monkeypatch, no_rocminfo):
     monkeypatch.setattr(preflight, "KFD_TOPOLOGY", tmp_path / "no-kfd")
     argv = ["--dev-root", str(dev_root), "--min-free-gb", "0", "--path", str(tmp_path)]
     assert preflight.main(argv) == 1
@@ -107,10 +112,8 @@ def _kfd_tree(root: Path, versions: list[int]) -> Path:
     return root
 
 
-def test_without_rocminfo_the_kfd_topology_lists_the_gpus(tmp_path, dev_root, monkeypatch, capsys):
+def test_without_rocminfo_the_kfd_topology_lists_the_gpus(tmp_path, dev_root, monkeypatch, capsys, no_rocminfo):
     """A host with the amdgpu driver and ROCm only inside the images: the GPUs come from sysfs."""
-    monkeypatch.setattr(preflight.shutil, "which", lambda name: None)
-    monkeypatch.setattr(preflight, "ROCMINFO_FALLBACK", tmp_path / "no-rocm" / "rocminfo")
     monkeypatch.setattr(preflight, "KFD_TOPOLOGY", _kfd_tree(tmp_path / "kfd", [0, 90402, 90402, 90010]))
     agents = preflight.kfd_agents(preflight.KFD_TOPOLOGY)
     assert [(a.arch, a.device_type, a.compute_units) for a in agents] == [

@@ -352,22 +352,22 @@ def _quantize_rows_fake(x, power_of_two, q, scale) -> None:
 _NEGATIVE = torch.library.Library(add_op_namespace_prefix("").split("::")[0], "IMPL")
 
 
-def _negated_view_kernel(op_name: str, arg_names: tuple[str, ...], outputs: tuple[str, ...]):
+def _negated_view_kernel(op_name: str):
+    schema = getattr(ops, op_name).default._schema
+    outputs = [i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+
     def kernel(*args):
-        for arg_name, value in zip(arg_names, args, strict=True):
-            if arg_name in outputs and value.is_neg():
-                raise ValueError(f"{op_name}: {arg_name} must not be a negated view: pass a plain tensor")
+        for i in outputs:
+            if args[i].is_neg():
+                name = schema.arguments[i].name
+                raise ValueError(f"{op_name}: {name} must not be a negated view: pass a plain tensor")
         return getattr(ops, op_name)(*(a.resolve_neg() if isinstance(a, torch.Tensor) else a for a in args))
 
     return kernel
 
 
-for _op, _args, _outputs in (
-    ("gemm", ("a", "b", "a_scale", "b_scale", "c"), ("c",)),
-    ("gemm_natural", ("x", "w", "x_scale", "w_scale", "out"), ("out",)),
-    ("quantize_rows", ("x", "power_of_two", "q", "scale"), ("q", "scale")),
-):
-    _NEGATIVE.impl(_op, _negated_view_kernel(_op, _args, _outputs), "Negative")
+for _op in ("gemm", "gemm_natural", "quantize_rows"):  # their outputs: the schemas' written arguments
+    _NEGATIVE.impl(_op, _negated_view_kernel(_op), "Negative")
 
 # Last: the layers call `linear`, defined above.
 from . import layers  # noqa: E402
