@@ -94,11 +94,14 @@ void check_cutlass(int rc, int cfg, int64_t M, int64_t N, int64_t K) {
               " failed for M=", M, " N=", N, " K=", K, " (cutlass::Status ", rc, ")");
 }
 
-// The GEMM on K-major operands. The output's TMA store needs N % 8 == 0 and 16-byte aligned output rows:
-// otherwise the problem runs with N rounded up to a multiple of 8 into a padded bf16 scratch, which is then
-// copied to out. w's rows past N are zeros: the hand-written and decode kernels' TMA loads fill them
-// (GemmArgs::w_rows); for CUTLASS's configurations w is copied into a padded scratch first (a review found
-// that copy made on every call, e.g. 206 MB for a 50257 x 4096 vocabulary projection).
+// The GEMM on K-major operands. The hand-written and decode kernels write out directly at any N and
+// alignment (ConfigEntry::takes_any_n). CUTLASS's configurations, and fp32 partials summed by the K-slice
+// pass, need N % 8 == 0 and a 16-byte aligned out: otherwise the problem runs with N rounded up to a
+// multiple of 8 into a padded scratch, which is then copied to out (run 148: 2048x50257x4096 894 us against
+// 689 at N = 50256, when the 128x192 kernel still went through it). w's rows past N are zeros: the
+// hand-written and decode kernels' TMA loads fill them (GemmArgs::w_rows); for CUTLASS's configurations w
+// is copied into a padded scratch first (a review found that copy made on every call, e.g. 206 MB for a
+// 50257 x 4096 vocabulary projection).
 // after_prep: the seed preparation is the stream's last kernel, and the GEMM may launch as its
 // programmatic dependent when nothing else is queued in between.
 // seed_a: x is the seed's a (K, M) and x_scale its a_scale (K/128, M), read as they are (GemmArgs::seed_a;
@@ -136,10 +139,14 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
   int const device = x.get_device();
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
   int64_t const Np = (N + 7) / 8 * 8;
-  bool const direct = (Np == N) && aligned16(out.data_ptr());
+  bool const any_n = kConfigs[cfg].takes_any_n;
+  // The kernels reading the seed's a as it is store by TMA alone (their registers are spent: wgmma_gemm_body).
+  bool const a_as_it_is = seed_a || tuning.seed_probe > 0;  // a probe reads x's bytes as if they were a (K, M)
+  bool const direct = (any_n && !sliced && !a_as_it_is) || (Np == N && aligned16(out.data_ptr()));
+  int64_t const n_cols = direct ? N : Np;  // the columns the kernel computes, and d's row stride
   at::Tensor d = direct ? out : at::empty({M, Np}, out.options());
   at::Tensor wp = w;
-  bool const pad_w = Np != N && !kConfigs[cfg].w_own_rows;
+  bool const pad_w = Np != N && !any_n;
   if (pad_w) {
     wp = at::empty({Np, K}, w.options());
     C10_CUDA_CHECK(cudaMemcpyAsync(wp.data_ptr(), w.data_ptr(), N * K, cudaMemcpyDeviceToDevice, stream));
@@ -148,18 +155,18 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
 
   // K-sliced: the GEMM writes one fp32 (M, Np) partial per slice, then one pass sums and rounds them.
   at::Tensor parts;
-  if (sliced) parts = at::empty({slices, M, Np}, out.options().dtype(at::kFloat));
+  if (sliced) parts = at::empty({slices, M, n_cols}, out.options().dtype(at::kFloat));
 
   GemmArgs g{};
   g.d = sliced ? parts.data_ptr() : d.data_ptr();
-  g.ldd = Np;
+  g.ldd = n_cols;
   g.kslices = slices;
   g.x = x.data_ptr();
   g.w = wp.data_ptr();
   g.sx = x_scale.data_ptr<float>();
   g.sw = w_scale.data_ptr<float>();
   g.M = static_cast<int>(M);
-  g.N = static_cast<int>(Np);
+  g.N = static_cast<int>(n_cols);
   g.w_rows = static_cast<int>(wp.size(0));
   g.K = static_cast<int>(K);
   g.device = device;
@@ -168,7 +175,7 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
   g.swizzle = tuning.swizzle;
   g.splits = tuning.splits;
   g.overlap_store = tuning.overlap_store;
-  g.seed_a = seed_a || tuning.seed_probe > 0;  // a probe reads x's bytes as if they were a (K, M)
+  g.seed_a = a_as_it_is;
   g.seed_a_staged = staged;
   g.seed_probe = tuning.seed_probe == kSeedProbeStagedKernel ? 0 : tuning.seed_probe;
   TORCH_CHECK(!staged || cfg == kSquare128Config || cfg == kWide192Config,
@@ -185,7 +192,7 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
   int const rc = kConfigs[cfg].run(g, ws_bytes > 0 ? workspace.data_ptr() : nullptr, stream);
   check_cutlass(rc, cfg, M, N, K);
   if (sliced) {
-    C10_CUDA_CHECK(launch_kslice_reduce(parts.data_ptr<float>(), slices, M * Np, d.data_ptr(), stream));
+    C10_CUDA_CHECK(launch_kslice_reduce(parts.data_ptr<float>(), slices, M * n_cols, d.data_ptr(), stream));
   }
   if (!direct) out.copy_(d.narrow(1, 0, N));
 }
@@ -207,7 +214,7 @@ void natural_with_config(at::Tensor &out, at::Tensor const &x_in, at::Tensor con
   check_hopper(x_in, "x");
   // TMA wants 16-byte aligned bases: a contiguous view that starts elsewhere (a slice of a larger buffer)
   // is copied first, as quantize_rows does (a fresh allocation is aligned). The scales need only 4 bytes
-  // (4-byte copies), and an unaligned out is written through a scratch tile (natural_impl).
+  // (4-byte copies), and an out that TMA cannot store is handled by natural_impl.
   at::Tensor const x = aligned16_or_copy(x_in);
   at::Tensor const w = aligned16_or_copy(w_in);
   natural_impl(out, x, w, x_scale, w_scale, tuning);

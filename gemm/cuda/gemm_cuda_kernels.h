@@ -55,9 +55,9 @@ struct GemmArgs {
   // into shared memory, wgmma reading them there): configurations 6 and 7, builds with GEMM_SEED_A_EXPERIMENT
   // only (cudaErrorInvalidValue in others).
   bool seed_a_staged = false;
-  // w's rows, fewer than N where N is rounded up to 8 for the output's TMA store: the configurations whose
-  // tensor map of w takes them (ConfigEntry::w_own_rows) fill the rows past them with zeros, so w needs no
-  // padded copy there.
+  // w's rows, fewer than N where N is rounded up to 8 (CUTLASS's output, fp32 partials): the configurations
+  // whose tensor map of w takes them (ConfigEntry::takes_any_n) fill the rows past them with zeros, so w
+  // needs no padded copy there.
   int w_rows = 0;
 };
 bool seed_a_fits(void const *a, float const *a_scale, int64_t M);
@@ -99,9 +99,11 @@ struct ConfigEntry {
   char const *name;
   WorkspaceFn workspace;
   RunFn run;
-  // Its w is read through a tensor map of GemmArgs::w_rows rows (the hand-written and decode kernels);
-  // CUTLASS's describe B with the problem's N, so where N % 8 != 0 they need w padded.
-  bool w_own_rows;
+  // N % 8 != 0 costs it no padding (the hand-written and decode kernels): it reads w through a tensor map of
+  // GemmArgs::w_rows rows (TMA fills the rows past them with zeros) and writes its bf16 output at any row
+  // stride and alignment (the hand-written kernels by plain stores where TMA cannot store). CUTLASS's
+  // configurations describe B and D with N rounded up to 8: w padded, the output through a scratch.
+  bool takes_any_n;
 };
 
 #define GEMM_CUDA_DECLARE_CONFIG(ID)                         \

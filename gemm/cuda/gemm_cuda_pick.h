@@ -86,9 +86,14 @@ inline int max_kslices(int64_t tiles, int64_t kblocks, int64_t sms) {
   return slices;
 }
 
+// Whether cfg is one of CUTLASS's configurations (gemm_cuda_cfg0-5.cu): where N % 8 != 0 those copy w into
+// a padded scratch and write a padded output that is copied after (ConfigEntry::takes_any_n).
+inline bool cutlass_config(int cfg) { return cfg >= 0 && cfg <= kKSliceConfig; }
+
 // Measured on one H200 (NOTES.md, run 2): every configuration and scheduler variant on the 18 challenge
 // shapes and 8192^3; these rules reproduce the per-shape winners (or a variant within ~3% of it).
-inline Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
+// pick_tuning below applies them, but for N % 8 != 0.
+inline Tuning pick_by_shape(int64_t M, int64_t N, int64_t K) {
   auto const tile_count = [M, N](int64_t bm, int64_t bn) { return ceil_div(M, bm) * ceil_div(N, bn); };
   int64_t const tiles = tile_count(128, 128);
   int64_t const kblocks = K / kBlock;
@@ -268,6 +273,24 @@ inline Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
     return t;
   }
   t.cfg = 0;
+  return t;
+}
+
+// The configuration and knobs for an (M, N, K) call: pick_by_shape's, except that where N % 8 != 0 the
+// shapes it gives CUTLASS take the hand-written 128x128 kernel, which reads w's own rows and writes the
+// output itself. Measured (run 154, H100, tests/cuda/config_sweep.py, 2 rounds, us, CUTLASS's pick /
+// hand-written 128x128 / 128x192): 1024x2001x4096 38.3 / 23.2 / 27.1 (at N = 2000 CUTLASS 21.1),
+// 300x4001x7168 60.8 / 33.2 / 39.6, 1024x6143x1024 43.4 / 25.8 / 26.3, 1024x7167x2048 67.7 / 44.8 / 47.2,
+// 96x32001x4096 164.7 / 65.1 / 77.8, 100x1001x512 15.9 / 10.5 / 12.7, 128x3001x7168 44.4 / 30.4 / 38.2
+// (CUTLASS's in 4 K slices), 2048x3001x2048 54.8 / 35.7 / 34.3.
+inline Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
+  Tuning t = pick_by_shape(M, N, K);
+  if (N % 8 != 0 && cutlass_config(t.cfg)) {
+    bool const overlap_store = t.overlap_store;
+    t = Tuning{};
+    t.cfg = kSquare128Config;
+    t.overlap_store = overlap_store;
+  }
   return t;
 }
 

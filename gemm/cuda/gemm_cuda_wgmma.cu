@@ -214,17 +214,32 @@ __device__ __forceinline__ bool split_fixup(float *out, float *partials, unsigne
   return true;
 }
 
+// Two bf16 outputs at p and p + 1 (the second only where `both`): one 4-byte store where p is 4-byte aligned,
+// else two 2-byte ones (rows of an output whose row stride is odd start at odd element offsets).
+__device__ __forceinline__ void store_pair(__nv_bfloat16 *p, __nv_bfloat162 v, bool both) {
+  if (both && (reinterpret_cast<uintptr_t>(p) & 3) == 0) {
+    *reinterpret_cast<__nv_bfloat162 *>(p) = v;
+  } else {
+    p[0] = v.x;
+    if (both) p[1] = v.y;
+  }
+}
+
 // Epilogue: a consumer warpgroup's 64 x BN bf16 block `out` at (row, col) of the output (d, row stride ldd),
 // through its 128-byte-swizzled shared-memory boxes of 64 columns at out_base, then TMA stores (clipped at
 // M, N). Columns past the last whole box (16 of BN = 144) go straight to global memory: 4 lanes write a
-// row's 16 contiguous bytes of each 8-column group, clipped at M and N (N % 8 == 0).
+// row's 16 contiguous bytes of each 8-column group, clipped at M and N.
+// plain (Schedule::plain_store): the output's rows are not 16-byte strided and based (N % 8 != 0, or a view
+// off a 16-byte boundary), which TMA needs, so each warp copies 16 of the boxes' rows to global memory
+// itself, a row of 64 columns per instruction (each lane 2 columns, clipped at M and N): no padded scratch
+// and no copy after the kernel.
 // kPairedRows: the accumulator rows of the kernels that build their A fragments with a transposing ldmatrix
 // (load_seed_a: the fused seed kernel, wgmma_gemm_kernel<.., kSeedA>), where the fragment's rows r and r + 8
 // of each warp's 16 hold the block's rows 2 (r % 8) and 2 (r % 8) + 1.
 template <int BN, bool kPairedRows = false>
 __device__ __forceinline__ void store_block(float const *out, uint32_t out_base, CUtensorMap const *map_d,
                                             __nv_bfloat16 *d, int64_t ldd, int row, int col, int M, int N,
-                                            int barrier, int t128) {
+                                            int barrier, int t128, bool plain) {
   constexpr int kBoxed = BN / 64 * 8;  // 8-column groups stored through shared memory
   static_assert(!kPairedRows || kBoxed == BN / 8, "paired rows: whole 64-column boxes only");
   if (t128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // last block's store read
@@ -244,7 +259,26 @@ __device__ __forceinline__ void store_block(float const *out, uint32_t out_base,
   }
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // make the writes visible to TMA
   named_sync(barrier);
-  if (t128 == 0 && row < M) {
+  if (plain) {
+    // Warp w copies rows 16 w .. 16 w + 15 of each box; lane l reads the 4 bytes of columns 2 l, 2 l + 1
+    // (the 32 lanes read a whole 128-byte row: every bank once). The next store_block's shared-memory
+    // writes come after its first named_sync, which every thread reaches only after these reads.
+    int const warp = t128 / 32;
+#pragma unroll 1
+    for (int c = 0; c < BN / 64; ++c) {
+      int const cc = col + 64 * c + 2 * lane;
+#pragma unroll 1
+      for (int i = 0; i < 16; ++i) {
+        int const rr = 16 * warp + i;
+        if (row + rr >= M) break;
+        uint32_t word;
+        asm volatile("ld.shared.b32 %0, [%1];"
+                     : "=r"(word)
+                     : "r"(out_base + c * kOutChunk + rr * 128 + (((lane / 4) ^ (rr % 8)) << 4) + 4 * (lane % 4)));
+        if (cc < N) store_pair(d + (row + rr) * ldd + cc, *reinterpret_cast<__nv_bfloat162 *>(&word), cc + 1 < N);
+      }
+    }
+  } else if (t128 == 0 && row < M) {
 #pragma unroll
     for (int c = 0; c < BN / 64; ++c) {
       if (col + 64 * c < N) tma_store(map_d, out_base + c * kOutChunk, col + 64 * c, row);
@@ -259,8 +293,7 @@ __device__ __forceinline__ void store_block(float const *out, uint32_t out_base,
       for (int h = 0; h < 2; ++h) {
         int const rr = row + r + 8 * h;
         if (rr < M && cc < N) {
-          *reinterpret_cast<__nv_bfloat162 *>(d + rr * ldd + cc) =
-              __floats2bfloat162_rn(out[4 * j + 2 * h], out[4 * j + 2 * h + 1]);
+          store_pair(d + rr * ldd + cc, __floats2bfloat162_rn(out[4 * j + 2 * h], out[4 * j + 2 * h + 1]), cc + 1 < N);
         }
       }
     }
@@ -348,6 +381,9 @@ struct Schedule {
   int dp_tiles;  // == count() when no tile is split
   int pieces;    // K ranges per split tile
   bool overlap_store;  // GemmArgs::overlap_store
+  // The output goes out by plain stores instead of TMA (store_block): its row stride or base is not a
+  // multiple of 16 bytes. Set by run_wgmma_as; the fused seed kernel's output is always TMA-stored.
+  bool plain_store = false;
   __host__ __device__ int count() const { return tiles_m * tiles_n; }
   __host__ __device__ int split_tiles() const { return count() - dp_tiles; }
   __host__ __device__ int units() const { return dp_tiles + split_tiles() * pieces; }
@@ -510,6 +546,9 @@ __device__ __forceinline__ void wgmma_gemm_body(CUtensorMap const *map_x_ptr, CU
   // A finished tile whose block is still in `out`, to be stored at (store_row, store_col) while the next
   // unit's first wgmma batch runs, so that the tensor cores do not wait for the epilogue.
   bool pending = false;
+  // Plain stores (Schedule::plain_store) cost the seed-A 128x192 kernel spills (its A fragments take 16
+  // registers more): the kernels reading a as it is always store by TMA, the host giving them a scratch.
+  bool const plain_store = !kSeedA && sched.plain_store;
   int store_row = 0, store_col = 0;
   for (int u = blockIdx.x; u < units(); u += gridDim.x) {
     int t, kb0, kb1, piece, tm, tn;
@@ -568,7 +607,8 @@ __device__ __forceinline__ void wgmma_gemm_body(CUtensorMap const *map_x_ptr, CU
       int const ns = ring_stage<L::kStages>(it);
       uint32_t const nparity = ring_parity<L::kStages>(it);
       if (first && pending) {
-        store_block<BN, kSeedA>(out, out_base, &map_d, d, ldd, store_row, store_col, M, N, 1 + cw, t128);
+        store_block<BN, kSeedA>(out, out_base, &map_d, d, ldd, store_row, store_col, M, N, 1 + cw, t128,
+                                plain_store);
         pending = false;
       }
       cute::warpgroup_wait<0>();
@@ -612,7 +652,8 @@ __device__ __forceinline__ void wgmma_gemm_body(CUtensorMap const *map_x_ptr, CU
       };
       Batch batch = issue(acc);
       if (pending) {
-        store_block<BN>(out, out_base, &map_d, d, ldd, store_row, store_col, M, N, 1 + cw, t128);
+        store_block<BN>(out, out_base, &map_d, d, ldd, store_row, store_col, M, N, 1 + cw, t128,
+                        plain_store);
         pending = false;
       }
       int left = kb1 - kb0 - 1;  // blocks not issued yet
@@ -665,10 +706,14 @@ __device__ __forceinline__ void wgmma_gemm_body(CUtensorMap const *map_x_ptr, CU
       pending = true;
       store_row = m0 + 64 * cw, store_col = n0;
     } else {
-      store_block<BN, kSeedA>(out, out_base, &map_d, d, ldd, m0 + 64 * cw, n0, M, N, 1 + cw, t128);
+      store_block<BN, kSeedA>(out, out_base, &map_d, d, ldd, m0 + 64 * cw, n0, M, N, 1 + cw, t128,
+                              plain_store);
     }
   }
-  if (pending) store_block<BN, kSeedA>(out, out_base, &map_d, d, ldd, store_row, store_col, M, N, 1 + cw, t128);
+  if (pending) {
+    store_block<BN, kSeedA>(out, out_base, &map_d, d, ldd, store_row, store_col, M, N, 1 + cw, t128,
+                            plain_store);
+  }
   if (t128 == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
   if constexpr (kProbe == kProbeLoadsSs) {
     if (M < 0) reinterpret_cast<uint32_t *>(d)[t128] = probe_sink;
@@ -975,7 +1020,7 @@ __device__ __forceinline__ void seed_fused_body(CUtensorMap const *map_a_ptr, CU
     };
     k_block(std::true_type{});
     for (int kb = 1; kb < kblocks; ++kb) k_block(std::false_type{});
-    store_block<128, true>(out, out_base, &map_d, d, ldd, m0 + 64 * cw, n0, M, N, 1 + cw, t128);
+    store_block<128, true>(out, out_base, &map_d, d, ldd, m0 + 64 * cw, n0, M, N, 1 + cw, t128, false);
   }
   if (t128 == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
   if constexpr (kShare > 1) cluster_sync();
@@ -1057,12 +1102,16 @@ template <int BN, int kConsumers, bool kTwoAcc = false, bool kSeedA = false, int
 int run_wgmma_as(GemmArgs const &g, void *workspace, cudaStream_t stream) {
   using L = Layout<BN, kConsumers, kStaged>;
   constexpr int kBlockM = L::kBlockM;
-  // bf16 output only, K a whole number of blocks, TMA's 16-byte row strides and base addresses.
-  if (g.kslices != 1 || g.K % kBlockK != 0 || g.N % 8 != 0 || g.ldd % 8 != 0 || g.splits < 1 ||
-      (reinterpret_cast<uintptr_t>(g.d) & 15) != 0 || (kSeedA && !seed_a_fits(g.x, g.sx, g.M))) {
+  // bf16 output only (any row stride and alignment), K a whole number of blocks.
+  if (g.kslices != 1 || g.K % kBlockK != 0 || g.ldd < g.N || g.splits < 1 ||
+      (reinterpret_cast<uintptr_t>(g.d) & 1) != 0 || (kSeedA && !seed_a_fits(g.x, g.sx, g.M))) {
     return -static_cast<int>(cudaErrorInvalidValue);
   }
-  CUtensorMap map_x, map_w, map_d;
+  // TMA stores the output where its rows are 16-byte strided and based; plain stores elsewhere, except in
+  // the kernels that read a as it is (wgmma_gemm_body's plain_store).
+  bool const plain_store = g.N % 8 != 0 || g.ldd % 8 != 0 || (reinterpret_cast<uintptr_t>(g.d) & 15) != 0;
+  if (plain_store && kSeedA) return -static_cast<int>(cudaErrorInvalidValue);
+  CUtensorMap map_x, map_w, map_d{};
   constexpr int kBoxWidth = seed_box_width<kConsumers>();
   bool const x_encoded =
       kSeedA ? encode(&map_x, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.x, g.K, g.M, g.M, kBlockK, kBoxWidth,
@@ -1070,10 +1119,11 @@ int run_wgmma_as(GemmArgs const &g, void *workspace, cudaStream_t stream) {
              : encode(&map_x, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.x, g.M, g.K, g.K, kBlockM, kBlockK);
   if (!x_encoded ||
       !encode(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.w, g.w_rows, g.K, g.K, BN, kBlockK) ||
-      !encode(&map_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, g.d, g.M, g.N, g.ldd, 64, 64)) {
+      (!plain_store && !encode(&map_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, g.d, g.M, g.N, g.ldd, 64, 64))) {
     return -static_cast<int>(cudaErrorInvalidValue);
   }
-  Schedule const sched = make_schedule<BN, kConsumers>(g);
+  Schedule sched = make_schedule<BN, kConsumers>(g);
+  sched.plain_store = plain_store;
   float *partials = nullptr;
   unsigned *counters = nullptr;
   if (sched.split_tiles() > 0) {

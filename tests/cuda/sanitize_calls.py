@@ -33,8 +33,9 @@ from benchmarks.problem import parse_shapes  # noqa: E402  (device_check put the
 # 568, 4096): the 192x144 form, its last M tile 40 rows, and in its last N tile one of the two directly
 # stored 8-column groups written and the other past N; (1000, 4200, 4096): the 128x192 form past a wave,
 # its last 44 tiles in 3 K pieces, the store overlapped; (1000, 1500, 4224): its 128x96 form with two batch
-# accumulators, partial M and N tiles, an odd count of K blocks (33) and a padded output (N % 8 = 4);
-# (1008, 1520, 384): partial M and N tiles of 112 (with --seed-fused, JIT only: the fused seed kernel's).
+# accumulators, partial M and N tiles, an odd count of K blocks (33) and an output TMA cannot store (N % 8
+# = 4: plain stores); (1008, 1520, 384): partial M and N tiles of 112 (with --seed-fused, JIT only: the
+# fused seed kernel's); (1152, 2047, 256): the 128x128 form with N odd (plain stores at odd element offsets).
 SHAPES = [
     (64, 576, 256),
     (512, 1024, 4096),
@@ -48,6 +49,7 @@ SHAPES = [
     (1000, 4200, 4096),
     (1000, 1500, 4224),
     (1008, 1520, 384),
+    (1152, 2047, 256),
     (200, 300, 640),
     (96, 1024, 256),
     (256, 512, 384),

@@ -1,8 +1,9 @@
 """The Hopper (CUDA) variant on a GPU, through the `kernel` fixture (the built variant loaded by kernels).
 
 tests/kernel/ checks the contract on every backend; these cases aim at the CUDA backend's own paths:
-every tile configuration the shape heuristic can pick, the padded-output path (N % 8 != 0 or an
-output whose rows are not 16-byte aligned), the seed layout's vectorized and byte-wise transposes,
+every tile configuration the shape heuristic can pick, outputs that TMA cannot store (N % 8 != 0 or
+rows not 16-byte aligned: plain stores in the hand-written kernels, a padded scratch for CUTLASS's),
+the seed layout's vectorized and byte-wise transposes,
 the current stream, and run-to-run determinism. They skip, with the reason, where the loaded variant
 is not the CUDA one or no GPU is present.
 
@@ -25,7 +26,7 @@ import torch
 from tests.conftest import assert_seed_matches, make_problem, poisoned_output
 
 # Shapes chosen to cross the heuristic's tile choices (few tiles -> 64-row tiles, many -> 128x128,
-# narrow N with deep K), N % 8 != 0 (padded output), M % 16 != 0 (byte-wise seed transpose).
+# narrow N with deep K), N % 8 != 0 (plain stores, or a padded output), M % 16 != 0 (byte-wise seed transpose).
 SHAPES = [
     (1024, 512, 7168),  # K-sliced, 4 slices
     (512, 1024, 4096),  # K-sliced, 4 slices, shorter K
@@ -34,7 +35,9 @@ SHAPES = [
     (100, 4104, 4608),  # K-sliced, 33 tiles (4 slices fill 132 SMs exactly)
     (64, 1536, 7168),  # decode kernel, 64 rows (wgmma N = 64), 4 K slices
     (3, 520, 7168),  # decode kernel, 14 K slices of 4 K blocks, N % 64 != 0
-    (300, 2001, 4096),  # K-sliced, 2 slices, N % 8 != 0 (padded w and output)
+    (300, 2001, 4096),  # N % 8 != 0, which keeps off CUTLASS (here K-sliced): the hand-written 128x128 kernel
+    (1152, 2047, 256),  # hand-written 128x128 kernel, N odd: plain stores, rows at odd element offsets
+    (3072, 4223, 256),  # hand-written 192x128 kernel, N odd: plain stores
     (1024, 576, 7168),  # hand-written 128x128 kernel, each of 40 tiles cut into 3 K pieces summed in the kernel
     (256, 2304, 4096),  # the same split, 36 tiles, pieces of 10, 11 and 11 K blocks
     (6144, 7168, 256),  # hand-written 192x128 kernel (gemm_cuda_wgmma.cu): short K, many waves
@@ -42,9 +45,10 @@ SHAPES = [
     (1152, 2048, 256),  # hand-written 128x128 kernel: K <= 512, a wave of tiles
     (1000, 2056, 384),  # 128x128, M and N partial tiles
     (1024, 3072, 1536),  # 128x192, N tiles straddling two w_scale blocks (n0 % 128 == 64)
-    (1000, 2999, 512),  # 128x192, M and N partial tiles, N % 8 != 0 (padded w and output)
+    (1000, 2999, 512),  # 128x192, M and N partial tiles, N odd (plain stores)
     (1000, 2432, 4096),  # 128x192 at 0.79 of a wave (104 tiles), partial M, straddling N tiles
     (1000, 4200, 4096),  # 128x192 past a wave (176 tiles), the last 44 cut into 3 K pieces; partial M and N tiles
+    (1000, 4201, 4096),  # the same with N odd: the split tail's sum and the overlapped store through plain stores
     (2048, 2048, 1024),
     (6144, 512, 7168),  # hand-written 192x128 kernel (three consumer warpgroups): one full wave
     (5800, 512, 4096),  # 192x128, last M tile of 40 rows: two of its three warpgroups have no rows
@@ -53,6 +57,7 @@ SHAPES = [
     (5800, 568, 4096),  # 192x144, last N tile: one directly stored 8-column group written, one past N
     (1024, 1536, 4096),  # hand-written 128x96 kernel with two batch accumulators: one wave of 128 tiles
     (1000, 1500, 4224),  # 128x96 two accumulators: partial M and N tiles, 33 K blocks (odd), N % 8 != 0
+    (1000, 1501, 4224),  # the same with N odd: plain stores
     (1008, 1520, 384),  # partial M and N tiles of 112 rows and columns
     (80, 2064, 128),  # 80 rows, one K block
     (3, 100, 2**22 + 128),  # seed: byte-wise transposes of 65538 blocks of 64 K rows, past gridDim.y's 65535
@@ -62,7 +67,7 @@ SHAPES = [
     (64, 4096, 2048),  # decode kernel: 64 rows against 64 w tiles (up to a wave of them: run 91)
     (40, 8704, 1024),  # 40 rows against 136 w tiles, past a wave: CUTLASS's 128x128 tiles, not the decode kernel
     (40, 1000, 1024),  # decode kernel, 40 of 64 rows, a partial last w tile
-    (17, 2999, 512),  # decode kernel, one K slice, N % 8 != 0 (padded w and output)
+    (17, 2999, 512),  # decode kernel, one K slice, N odd (its own stores)
     (8, 8, 128),
     (16, 24, 256),
     (100, 1001, 512),
@@ -74,7 +79,8 @@ SHAPES = [
     # Seed layout, a read as it is (GemmArgs::seed_a) by the hand-written kernels:
     (5776, 512, 4096),  # 192x128, last M tile of 16 rows: two of its three raw A boxes wholly past M
     (3008, 960, 1536),  # 128x192, last M tile of 64 rows, N tiles straddling two w_scale blocks
-    # the same with partial N tiles and N % 8 != 0 (padded w and output); added after run 132, not yet run
+    # the same with partial N tiles and N % 8 != 0 (the seed layout's through a padded output: the kernels
+    # reading a as it is store by TMA alone; the natural layout's by plain stores)
     (3008, 954, 1536),  # 128x192
     (6144, 508, 7168),  # 192x128
 ]
@@ -111,15 +117,26 @@ def test_both_layouts(cuda_kernel, shape, seeds):
     assert_matches(cuda_kernel, out, p, f"natural {_id(shape)} seed={seed}")
 
 
-def test_output_rows_not_16_byte_aligned(cuda_kernel, seeds):
-    """An output view whose rows start off a 16-byte boundary goes through the padded scratch."""
-    m, n, k = 64, 264, 256
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (64, 264, 256),  # the decode kernel (its own stores)
+        (1000, 2056, 512),  # the hand-written 128x128 kernel: plain stores
+        (5800, 568, 4096),  # 192x144: plain stores, and the columns past its boxes from registers
+        (300, 2000, 4096),  # CUTLASS's K-sliced configuration: a padded scratch, then a copy
+    ],
+    ids=_id,
+)
+def test_output_rows_not_16_byte_aligned(cuda_kernel, seeds, shape):
+    """An output view that starts 2 bytes past a 16-byte boundary (so TMA cannot store it) is written right,
+    and nothing before or after it."""
+    m, n, k = shape
     p = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(seeds))
-    backing = torch.full((m * n + 1,), float("nan"), dtype=torch.bfloat16, device="cuda")
-    out = backing[1:].view(m, n)  # contiguous, data_ptr 2 bytes past the allocation
+    backing = torch.full((m * n + 2,), float("nan"), dtype=torch.bfloat16, device="cuda")
+    out = backing[1:-1].view(m, n)  # contiguous, data_ptr 2 bytes past the allocation
     cuda_kernel.gemm_natural(*p.natural(), out)
-    assert_matches(cuda_kernel, out, p, "natural, offset output")
-    assert torch.isnan(backing[0]), "the element before the output was overwritten"
+    assert_matches(cuda_kernel, out, p, f"natural {_id(shape)}, offset output")
+    assert torch.isnan(backing[0]) and torch.isnan(backing[-1]), "an element next to the output was overwritten"
 
 
 def _kernel_names(fn) -> set[str]:
@@ -132,24 +149,32 @@ def _kernel_names(fn) -> set[str]:
 
 
 @pytest.mark.parametrize(
-    ("shape", "w_copied"),
+    ("shape", "scratch"),
     [
-        ((17, 2999, 512), False),  # the decode kernel
+        ((17, 2999, 512), False),  # the decode kernel in one K slice
         ((1000, 2999, 512), False),  # the hand-written 128x192 kernel
-        ((300, 2001, 4096), True),  # CUTLASS's K-sliced configuration: its B descriptor spans N rounded up to 8
+        ((1152, 2047, 256), False),  # the hand-written 128x128 kernel
+        ((300, 2001, 4096), False),  # the same, where N % 8 == 0 would take CUTLASS's K-sliced configuration
+        ((3, 521, 7168), True),  # the decode kernel in 14 K slices: fp32 partials summed into a padded scratch
     ],
     ids=lambda v: _id(v) if isinstance(v, tuple) else str(v),
 )
-def test_w_is_copied_for_n_not_a_multiple_of_8_only_where_cutlass_runs(cuda_kernel, seeds, shape, w_copied):
+def test_n_not_a_multiple_of_8_copies_nothing_but_summed_partials(cuda_kernel, seeds, shape, scratch):
     """N % 8 != 0: the hand-written and decode kernels' TMA loads fill w's rows past N with zeros
-    (GemmArgs::w_rows), so only CUTLASS's configurations copy w into a zero-padded scratch (a device-to-device
-    memcpy; nothing else in these calls is one). Before, every call copied w (206 MB for a 50257 x 4096
-    projection)."""
+    (GemmArgs::w_rows) and they write the output themselves (plain stores where TMA cannot), and pick_tuning
+    keeps such shapes off CUTLASS's configurations, so w is never copied (a device-to-device memcpy) and the
+    call is the GEMM kernel alone; only K slices' fp32 partials are summed into a padded scratch copied after.
+    Before, every call copied w (206 MB for a 50257 x 4096 projection), and every such output went through
+    the scratch (run 148: 894 us at 2048x50257x4096 against 689 at N = 50256)."""
     m, n, k = shape
     p = make_problem(m, n, k, torch.float8_e4m3fn, "cuda", next(seeds))
     out = poisoned_output(m, n, "cuda")
-    names = _kernel_names(lambda: cuda_kernel.gemm_natural(*p.natural(), out))
-    assert any(s.startswith("Memcpy DtoD") for s in names) == w_copied, names
+    natural = p.natural()  # its transposes outside the profiled call
+    names = _kernel_names(lambda: cuda_kernel.gemm_natural(*natural, out))
+    assert not any(s.startswith("Memcpy DtoD") for s in names), names
+    assert any("copy" in s for s in names) == scratch, names
+    if not scratch:
+        assert all("gemm_kernel" in s for s in names), names
     assert_matches(cuda_kernel, out, p, f"natural {_id(shape)}")
 
 

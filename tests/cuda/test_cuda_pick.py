@@ -105,13 +105,13 @@ def test_many_waves_at_deep_k_take_the_128x192_kernel(pick_program):
     """8 or more waves of 128x128 tiles at K >= 4096 and M >= 512: the hand-written 128x192 kernel, not
     CUTLASS's 128x128 one (run 147: 16-40 % faster on the first three shapes below); fewer waves, or fewer rows
     than were measured, keep the rules measured before."""
-    shapes = [(2048, 50256, 4096), (8192, 2999, 7168), (512, 50257, 4096), (2048, 2999, 7168)]
+    shapes = [(2048, 50256, 4096), (8192, 2999, 7168), (512, 50257, 4096), (2048, 3000, 7168)]
     shapes += [(1024, 14848, 4096), (1024, 14720, 4096), (48, 152064, 4096)]
     got = picks(pick_program, shapes)
     assert got[(2048, 50256, 4096)]["cfg"] == WGMMA_128x192
     assert got[(8192, 2999, 7168)]["cfg"] == WGMMA_128x192
     assert got[(512, 50257, 4096)]["cfg"] == WGMMA_128x192
-    assert got[(2048, 2999, 7168)]["cfg"] == COOP_128  # 384 tiles: 3 waves
+    assert got[(2048, 3000, 7168)]["cfg"] == COOP_128  # 384 tiles: 3 waves
     assert got[(1024, 14848, 4096)]["cfg"] == WGMMA_128x192  # 928 tiles: 8 waves, the rule's edge
     assert got[(1024, 14720, 4096)]["cfg"] == COOP_128  # 920 tiles: 7 waves
     assert got[(48, 152064, 4096)]["cfg"] != WGMMA_128x192  # 9 waves, but M under the measured 512
@@ -127,6 +127,21 @@ def test_decode_shapes_take_the_decode_kernel_up_to_a_wave_of_weight_tiles(pick_
     assert got[(64, 4608, 7168)]["cfg"] == DECODE  # 72 weight tiles
     assert got[(33, 8448, 2048)]["cfg"] == DECODE  # 132 weight tiles: a full wave
     assert got[(40, 8704, 1024)]["cfg"] != DECODE  # 136: past a wave
+
+
+def test_n_not_a_multiple_of_8_keeps_off_cutlass(pick_program):
+    """N % 8 != 0: the shapes the rules give CUTLASS's configurations (which would copy w into a padded scratch
+    and write a padded output copied after) take the hand-written 128x128 kernel instead, 1.4-2.5x faster in
+    run 154; the same shapes with N % 8 == 0 keep CUTLASS's."""
+    measured = [(1024, 2001, 4096), (300, 4001, 7168), (1024, 6143, 1024), (1024, 7167, 2048), (96, 32001, 4096)]
+    measured += [(100, 1001, 512), (128, 3001, 7168), (2048, 3001, 2048)]
+    got = picks(pick_program, measured + [(m, n - n % 8, k) for m, n, k in measured])
+    for m, n, k in measured:
+        assert got[(m, n, k)]["cfg"] == WGMMA_128x128, ((m, n, k), got[(m, n, k)])
+        assert got[(m, n, k)]["splits"] == 1 and got[(m, n, k)]["kslices"] == 1, ((m, n, k), got[(m, n, k)])
+        assert got[(m, n - n % 8, k)]["cfg"] in (COOP_128, STREAM_K, PINGPONG_64, KSLICED), (m, n - n % 8, k)
+    odd = picks(pick_program, [(m, n + d, k) for m, n, k in GRID for d in (1, 4) if (n + d) % 8 != 0])
+    assert all(t["cfg"] >= WGMMA_128x128 for t in odd.values()), [s for s, t in odd.items() if t["cfg"] < 6][:5]
 
 
 # A grid of shapes around the rules' edges: M from decode sizes to 8192, N and K over the model widths.
