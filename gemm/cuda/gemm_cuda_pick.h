@@ -283,6 +283,11 @@ inline Tuning pick_by_shape(int64_t M, int64_t N, int64_t K) {
 // 300x4001x7168 60.8 / 33.2 / 39.6, 1024x6143x1024 43.4 / 25.8 / 26.3, 1024x7167x2048 67.7 / 44.8 / 47.2,
 // 96x32001x4096 164.7 / 65.1 / 77.8, 100x1001x512 15.9 / 10.5 / 12.7, 128x3001x7168 44.4 / 30.4 / 38.2
 // (CUTLASS's in 4 K slices), 2048x3001x2048 54.8 / 35.7 / 34.3.
+// Fewer tiles than SMs at K >= 4096 (where pick_by_shape cuts K into slices or pieces for the even-N
+// shapes) take a split tail of up to 4 pieces (make_schedule keeps one unit per CTA). Measured (run 156,
+// H100, 2 rounds, us, whole tiles / 4 pieces / 8 pieces): 65x137x8192 33.3 / 19.5 / 18.9 (CUTLASS in 16
+// K slices, w copied: 22.8), 128x3001x7168 30.4 / 25.4 / 26.2, 256x1001x4096 21.3 / 18.4 / 20.1,
+// 96x577x4096 21.0 / 17.8 / 18.3; 80x577x7168 29.2 / - / 19.7, 128x1001x7168 29.7 / - / 20.9.
 inline Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
   Tuning t = pick_by_shape(M, N, K);
   if (N % 8 != 0 && cutlass_config(t.cfg)) {
@@ -290,6 +295,7 @@ inline Tuning pick_tuning(int64_t M, int64_t N, int64_t K) {
     t = Tuning{};
     t.cfg = kSquare128Config;
     t.overlap_store = overlap_store;
+    if (K >= 4096 && ceil_div(M, 128) * ceil_div(N, 128) < kSms) t.splits = 4;
   }
   return t;
 }
@@ -328,8 +334,10 @@ inline bool seed_a_config(int cfg) {
 // path's pick where seed_a_config allows, 128x192 tiles with a split tail where that pick is 192x144
 // (measured at 6144x576x7168, run 131: 64.4 us against 67.3 for 128x128 tiles and 69.7 for 192x128 in 4
 // pieces).
+// (pick_by_shape's choice, not pick_tuning's: the odd-N shapes that pick_tuning moves off CUTLASS were not
+// measured reading a so, and these kernels would write their output through a padded scratch there.)
 inline Tuning seed_a_tuning(int64_t M, int64_t N, int64_t K) {
-  Tuning t = pick_tuning(M, N, K);
+  Tuning t = pick_by_shape(M, N, K);
   if (t.cfg == kTall144Config) {
     t.cfg = kWide192Config;
     t.splits = 8;

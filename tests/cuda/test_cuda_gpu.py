@@ -58,6 +58,7 @@ SHAPES = [
     (1024, 1536, 4096),  # hand-written 128x96 kernel with two batch accumulators: one wave of 128 tiles
     (1000, 1500, 4224),  # 128x96 two accumulators: partial M and N tiles, 33 K blocks (odd), N % 8 != 0
     (1000, 1501, 4224),  # the same with N odd: plain stores
+    (96, 577, 4096),  # N odd, few tiles at deep K: the 128x128 kernel in a split tail of 4 pieces, plain stores
     (1008, 1520, 384),  # partial M and N tiles of 112 rows and columns
     (80, 2064, 128),  # 80 rows, one K block
     (3, 100, 2**22 + 128),  # seed: byte-wise transposes of 65538 blocks of 64 K rows, past gridDim.y's 65535
@@ -154,7 +155,7 @@ def _kernel_names(fn) -> set[str]:
         ((17, 2999, 512), False),  # the decode kernel in one K slice
         ((1000, 2999, 512), False),  # the hand-written 128x192 kernel
         ((1152, 2047, 256), False),  # the hand-written 128x128 kernel
-        ((300, 2001, 4096), False),  # the same, where N % 8 == 0 would take CUTLASS's K-sliced configuration
+        ((300, 2001, 4096), False),  # the same in a split tail, where N % 8 == 0 takes CUTLASS's K slices
         ((3, 521, 7168), True),  # the decode kernel in 14 K slices: fp32 partials summed into a padded scratch
     ],
     ids=lambda v: _id(v) if isinstance(v, tuple) else str(v),
@@ -173,8 +174,8 @@ def test_n_not_a_multiple_of_8_copies_nothing_but_summed_partials(cuda_kernel, s
     names = _kernel_names(lambda: cuda_kernel.gemm_natural(*natural, out))
     assert not any(s.startswith("Memcpy DtoD") for s in names), names
     assert any("copy" in s for s in names) == scratch, names
-    if not scratch:
-        assert all("gemm_kernel" in s for s in names), names
+    if not scratch:  # (and a split tail's memset of its counters)
+        assert all("gemm_kernel" in s or s.startswith("Memset") for s in names), names
     assert_matches(cuda_kernel, out, p, f"natural {_id(shape)}")
 
 
@@ -267,11 +268,12 @@ def test_runs_on_the_current_stream(cuda_kernel, seeds):
 
 
 # One shape per path that launches more than one kernel or uses scratch: the decode kernel in K slices
-# (fp32 partials + the summing pass), the K-sliced configuration, a split tail (its counters zeroed by a
-# memset), the 192x144 kernel, a padded output (N % 8 != 0), plus the seed layout's preparation (and its
-# dependent launch) on each.
+# (fp32 partials + the summing pass; with N % 8 != 0 into a padded output copied after), the K-sliced
+# configuration, a split tail (its counters zeroed by a memset), the 192x144 kernel, plain stores (N odd),
+# plus the seed layout's preparation (and its dependent launch) on each.
 GRAPH_SHAPES = [
     (3, 520, 7168),
+    (3, 521, 7168),
     (1024, 512, 7168),
     (1024, 576, 7168),
     (5800, 568, 4096),

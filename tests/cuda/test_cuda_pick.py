@@ -36,8 +36,9 @@ int main() {
     gemm_cuda::Tuning const t = gemm_cuda::pick_tuning(m, n, k);
     gemm_cuda::Tuning const s = gemm_cuda::pick_seed_a(m, n, k);
     std::printf("%d %d %d %d %d %d ", t.cfg, t.raster, t.swizzle, t.splits, t.kslices, int(t.overlap_store));
-    std::printf("%d %d %d %d\n", int(gemm_cuda::pick_seed_fused(m, n, k)), int(gemm_cuda::seed_a_config(t.cfg)), s.cfg,
-                s.splits);
+    gemm_cuda::Tuning const b = gemm_cuda::pick_by_shape(m, n, k);
+    std::printf("%d %d %d %d %d %d\n", int(gemm_cuda::pick_seed_fused(m, n, k)), int(gemm_cuda::seed_a_config(t.cfg)),
+                s.cfg, s.splits, b.cfg, b.splits);
   }
 }
 """.replace("CONFIGS", str(CONFIGS)).replace("SMS", str(SMS))
@@ -66,7 +67,7 @@ def picks(exe: Path, shapes) -> dict[tuple[int, int, int], dict[str, int]]:
         [str(exe)], input="".join(f"{m} {n} {k}\n" for m, n, k in shapes), capture_output=True, text=True, check=True
     ).stdout.splitlines()
     keys = ("cfg", "raster", "swizzle", "splits", "kslices", "overlap_store", "seed_fused", "seed_a")
-    keys += ("seed_a_cfg", "seed_a_splits")
+    keys += ("seed_a_cfg", "seed_a_splits", "by_shape_cfg", "by_shape_splits")
     return {s: dict(zip(keys, map(int, line.split()), strict=True)) for s, line in zip(shapes, out, strict=True)}
 
 
@@ -134,12 +135,21 @@ def test_n_not_a_multiple_of_8_keeps_off_cutlass(pick_program):
     and write a padded output copied after) take the hand-written 128x128 kernel instead, 1.4-2.5x faster in
     run 154; the same shapes with N % 8 == 0 keep CUTLASS's."""
     measured = [(1024, 2001, 4096), (300, 4001, 7168), (1024, 6143, 1024), (1024, 7167, 2048), (96, 32001, 4096)]
-    measured += [(100, 1001, 512), (128, 3001, 7168), (2048, 3001, 2048)]
+    measured += [(100, 1001, 512), (128, 3001, 7168), (2048, 3001, 2048), (65, 137, 8192), (256, 1001, 4096)]
+    # fewer 128x128 tiles than SMs at K >= 4096: a split tail of up to 4 pieces (run 156)
+    split = {(300, 4001, 7168), (1024, 2001, 4096), (128, 3001, 7168), (65, 137, 8192), (256, 1001, 4096)}
     got = picks(pick_program, measured + [(m, n - n % 8, k) for m, n, k in measured])
     for m, n, k in measured:
         assert got[(m, n, k)]["cfg"] == WGMMA_128x128, ((m, n, k), got[(m, n, k)])
-        assert got[(m, n, k)]["splits"] == 1 and got[(m, n, k)]["kslices"] == 1, ((m, n, k), got[(m, n, k)])
+        assert got[(m, n, k)]["kslices"] == 1, ((m, n, k), got[(m, n, k)])
+        assert got[(m, n, k)]["splits"] == (4 if (m, n, k) in split else 1), ((m, n, k), got[(m, n, k)])
         assert got[(m, n - n % 8, k)]["cfg"] in (COOP_128, STREAM_K, PINGPONG_64, KSLICED), (m, n - n % 8, k)
+    for shape, t in picks(pick_program, GRID).items():  # N % 8 == 0: pick_by_shape's choice as it is
+        if shape[1] % 8 == 0:
+            assert (t["cfg"], t["splits"]) == (t["by_shape_cfg"], t["by_shape_splits"]), (shape, t)
+    # The seed layout's choice to read a as it is stays pick_by_shape's: those shapes were not measured so.
+    seed = picks(pick_program, [(128, 1001, 7168), (80, 577, 7168), (96, 577, 4096)])
+    assert all(t["cfg"] == WGMMA_128x128 and t["seed_a_cfg"] == -1 for t in seed.values()), seed
     odd = picks(pick_program, [(m, n + d, k) for m, n, k in GRID for d in (1, 4) if (n + d) % 8 != 0])
     assert all(t["cfg"] >= WGMMA_128x128 for t in odd.values()), [s for s, t in odd.items() if t["cfg"] < 6][:5]
 
@@ -259,16 +269,16 @@ def test_seed_layout_reads_a_as_it_is_only_on_the_kernels_that_can(pick_program)
     128x96 with two accumulators, CUTLASS's configurations and the decode kernel cannot. pick_seed_a takes
     them only for N <= 1024 (runs 130-131: ahead at N = 512 and 576, level at 1536 and 3072, behind from
     4096 on), the natural pick's configuration where it can, 128x192 with a split tail where that is
-    192x144."""
+    192x144. (pick_by_shape's configuration: pick_tuning moves odd-N shapes off CUTLASS, not this choice.)"""
     for shape, t in picks(pick_program, GRID).items():
         assert t["seed_a"] == int(t["cfg"] in (WGMMA_128x128, WGMMA_128x192, WGMMA_192x128)), (shape, t)
-        n = shape[1]
-        if n > 1024 or not (t["seed_a"] or t["cfg"] == WGMMA_192x144):
+        n, cfg = shape[1], t["by_shape_cfg"]
+        if n > 1024 or cfg not in (WGMMA_128x128, WGMMA_128x192, WGMMA_192x128, WGMMA_192x144):
             assert t["seed_a_cfg"] == -1, (shape, t)
-        elif t["cfg"] == WGMMA_192x144:
+        elif cfg == WGMMA_192x144:
             assert (t["seed_a_cfg"], t["seed_a_splits"]) == (WGMMA_128x192, 8), (shape, t)
         else:
-            assert (t["seed_a_cfg"], t["seed_a_splits"]) == (t["cfg"], t["splits"]), (shape, t)
+            assert (t["seed_a_cfg"], t["seed_a_splits"]) == (cfg, t["by_shape_splits"]), (shape, t)
     got = picks(pick_program, CHALLENGE_PICKS)
     reads_a = sorted(s for s, t in got.items() if t["seed_a_cfg"] >= 0)
     assert reads_a == [(1024, 576, 7168), (6144, 512, 7168), (6144, 576, 7168)], reads_a
