@@ -34,12 +34,12 @@ namespace gemm_cuda {
 namespace {
 
 ConfigEntry const kConfigs[] = {
-    {kNameCfg0, &workspace_cfg0, &run_cfg0, false},    {kNameCfg1, &workspace_cfg1, &run_cfg1, false},
-    {kNameCfg2, &workspace_cfg2, &run_cfg2, false},    {kNameCfg3, &workspace_cfg3, &run_cfg3, false},
-    {kNameCfg4, &workspace_cfg4, &run_cfg4, false},    {kNameCfg5, &workspace_cfg5, &run_cfg5, false},
-    {kNameCfg6, &workspace_cfg6, &run_cfg6, true},     {kNameCfg7, &workspace_cfg7, &run_cfg7, true},
-    {kNameCfg8, &workspace_cfg8, &run_cfg8, true},     {kNameCfg9, &workspace_cfg9, &run_cfg9, true},
-    {kNameCfg10, &workspace_cfg10, &run_cfg10, true}, {kNameCfg11, &workspace_cfg11, &run_cfg11, true},
+    {kNameCfg0, &workspace_cfg0, &run_cfg0},    {kNameCfg1, &workspace_cfg1, &run_cfg1},
+    {kNameCfg2, &workspace_cfg2, &run_cfg2},    {kNameCfg3, &workspace_cfg3, &run_cfg3},
+    {kNameCfg4, &workspace_cfg4, &run_cfg4},    {kNameCfg5, &workspace_cfg5, &run_cfg5},
+    {kNameCfg6, &workspace_cfg6, &run_cfg6},     {kNameCfg7, &workspace_cfg7, &run_cfg7},
+    {kNameCfg8, &workspace_cfg8, &run_cfg8},     {kNameCfg9, &workspace_cfg9, &run_cfg9},
+    {kNameCfg10, &workspace_cfg10, &run_cfg10}, {kNameCfg11, &workspace_cfg11, &run_cfg11},
 };
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
 static_assert(kNumConfigs == kConfigCount, "gemm_cuda_pick.h names every configuration of kConfigs");
@@ -94,14 +94,12 @@ void check_cutlass(int rc, int cfg, int64_t M, int64_t N, int64_t K) {
               " failed for M=", M, " N=", N, " K=", K, " (cutlass::Status ", rc, ")");
 }
 
-// The GEMM on K-major operands. The hand-written and decode kernels write out directly at any N and
-// alignment (ConfigEntry::takes_any_n). CUTLASS's configurations, and fp32 partials summed by the K-slice
-// pass, need N % 8 == 0 and a 16-byte aligned out: otherwise the problem runs with N rounded up to a
-// multiple of 8 into a padded scratch, which is then copied to out (run 148: 2048x50257x4096 894 us against
-// 689 at N = 50256, when the 128x192 kernel still went through it). w's rows past N are zeros: the
-// hand-written and decode kernels' TMA loads fill them (GemmArgs::w_rows); for CUTLASS's configurations w
-// is copied into a padded scratch first (a review found that copy made on every call, e.g. 206 MB for a
-// 50257 x 4096 vocabulary projection).
+// The GEMM on K-major operands. Where out is not TMA-storable (N % 8 != 0, or a base off 16 bytes), the
+// hand-written and decode kernels write it directly; CUTLASS's configurations, fp32 partials (K slices,
+// summed by a second pass) and the kernels reading the seed's a as it is (TMA stores only) run with N rounded
+// up to 8 into a padded scratch that is then copied to out. w's rows past N are zeros: the hand-written and
+// decode kernels' TMA loads fill them (GemmArgs::w_rows); CUTLASS's configurations get w copied into a padded
+// scratch first (pick_tuning keeps N % 8 != 0 off them, so only a forced configuration pays it).
 // after_prep: the seed preparation is the stream's last kernel, and the GEMM may launch as its
 // programmatic dependent when nothing else is queued in between.
 // seed_a: x is the seed's a (K, M) and x_scale its a_scale (K/128, M), read as they are (GemmArgs::seed_a;
@@ -139,7 +137,7 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
   int const device = x.get_device();
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
   int64_t const Np = (N + 7) / 8 * 8;
-  bool const any_n = kConfigs[cfg].takes_any_n;
+  bool const any_n = !cutlass_config(cfg);  // w read through its own rows, out written at any N
   // The kernels reading the seed's a as it is store by TMA alone (their registers are spent: wgmma_gemm_body).
   bool const a_as_it_is = seed_a || tuning.seed_probe > 0;  // a probe reads x's bytes as if they were a (K, M)
   bool const direct = (any_n && !sliced && !a_as_it_is) || (Np == N && aligned16(out.data_ptr()));
@@ -153,7 +151,7 @@ void natural_impl(at::Tensor &out, at::Tensor const &x, at::Tensor const &w, at:
     C10_CUDA_CHECK(cudaMemsetAsync(static_cast<uint8_t *>(wp.data_ptr()) + N * K, 0, (Np - N) * K, stream));
   }
 
-  // K-sliced: the GEMM writes one fp32 (M, Np) partial per slice, then one pass sums and rounds them.
+  // K-sliced: the GEMM writes one fp32 (M, n_cols) partial per slice, then one pass sums and rounds them.
   at::Tensor parts;
   if (sliced) parts = at::empty({slices, M, n_cols}, out.options().dtype(at::kFloat));
 

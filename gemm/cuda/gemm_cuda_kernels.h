@@ -55,9 +55,9 @@ struct GemmArgs {
   // into shared memory, wgmma reading them there): configurations 6 and 7, builds with GEMM_SEED_A_EXPERIMENT
   // only (cudaErrorInvalidValue in others).
   bool seed_a_staged = false;
-  // w's rows, fewer than N where N is rounded up to 8 (CUTLASS's output, fp32 partials): the configurations
-  // whose tensor map of w takes them (ConfigEntry::takes_any_n) fill the rows past them with zeros, so w
-  // needs no padded copy there.
+  // w's rows: fewer than N where N is rounded up to 8 for a padded output (the decode kernel's fp32 partials,
+  // the kernels reading a as it is). The hand-written and decode kernels' tensor maps of w take them and fill
+  // the rows past them with zeros, so w needs no padded copy there (cutlass_config in gemm_cuda_pick.h).
   int w_rows = 0;
 };
 bool seed_a_fits(void const *a, float const *a_scale, int64_t M);
@@ -99,11 +99,6 @@ struct ConfigEntry {
   char const *name;
   WorkspaceFn workspace;
   RunFn run;
-  // N % 8 != 0 costs it no padding (the hand-written and decode kernels): it reads w through a tensor map of
-  // GemmArgs::w_rows rows (TMA fills the rows past them with zeros) and writes its bf16 output at any row
-  // stride and alignment (the hand-written kernels by plain stores where TMA cannot store). CUTLASS's
-  // configurations describe B and D with N rounded up to 8: w padded, the output through a scratch.
-  bool takes_any_n;
 };
 
 #define GEMM_CUDA_DECLARE_CONFIG(ID)                         \

@@ -86,13 +86,15 @@ inline int max_kslices(int64_t tiles, int64_t kblocks, int64_t sms) {
   return slices;
 }
 
-// Whether cfg is one of CUTLASS's configurations (gemm_cuda_cfg0-5.cu): where N % 8 != 0 those copy w into
-// a padded scratch and write a padded output that is copied after (ConfigEntry::takes_any_n).
+// Whether cfg is one of CUTLASS's configurations (gemm_cuda_cfg0-5.cu). They describe B and D with N rounded
+// up to 8: where N % 8 != 0 w is copied into a padded scratch and the output goes through a padded scratch
+// copied after. The others (hand-written, decode) read w through a tensor map of its own rows and write out at
+// any row stride and alignment (natural_impl).
 inline bool cutlass_config(int cfg) { return cfg >= 0 && cfg <= kKSliceConfig; }
 
 // Measured on one H200 (NOTES.md, run 2): every configuration and scheduler variant on the 18 challenge
 // shapes and 8192^3; these rules reproduce the per-shape winners (or a variant within ~3% of it).
-// pick_tuning below applies them, but for N % 8 != 0.
+// pick_tuning applies them, moving N % 8 != 0 shapes off CUTLASS's configurations.
 inline Tuning pick_by_shape(int64_t M, int64_t N, int64_t K) {
   auto const tile_count = [M, N](int64_t bm, int64_t bn) { return ceil_div(M, bm) * ceil_div(N, bn); };
   int64_t const tiles = tile_count(128, 128);
@@ -283,8 +285,9 @@ inline Tuning pick_by_shape(int64_t M, int64_t N, int64_t K) {
 // 300x4001x7168 60.8 / 33.2 / 39.6, 1024x6143x1024 43.4 / 25.8 / 26.3, 1024x7167x2048 67.7 / 44.8 / 47.2,
 // 96x32001x4096 164.7 / 65.1 / 77.8, 100x1001x512 15.9 / 10.5 / 12.7, 128x3001x7168 44.4 / 30.4 / 38.2
 // (CUTLASS's in 4 K slices), 2048x3001x2048 54.8 / 35.7 / 34.3.
-// Fewer tiles than SMs at K >= 4096 (where pick_by_shape cuts K into slices or pieces for the even-N
-// shapes) take a split tail of up to 4 pieces (make_schedule keeps one unit per CTA). Measured (run 156,
+// Fewer tiles than SMs at K >= 4096 get splits = 4: make_schedule cuts each tile into min(4, SMs / tiles) K
+// pieces, so up to 66 tiles run as a split tail (where pick_by_shape gives the even-N shapes CUTLASS's K
+// slices or 64-row tiles) and from 67 on the tiles stay whole. Measured (run 156,
 // H100, 2 rounds, us, whole tiles / 4 pieces / 8 pieces): 65x137x8192 33.3 / 19.5 / 18.9 (CUTLASS in 16
 // K slices, w copied: 22.8), 128x3001x7168 30.4 / 25.4 / 26.2, 256x1001x4096 21.3 / 18.4 / 20.1,
 // 96x577x4096 21.0 / 17.8 / 18.3; 80x577x7168 29.2 / - / 19.7, 128x1001x7168 29.7 / - / 20.9.

@@ -2,8 +2,9 @@
 // the tile shapes CUTLASS 4.2's blockwise collective cannot build: 128 x 192 output tiles (its builder
 // wants the N tile to equal the 128-wide B-scale block), 192 x 128 ones (three consumer warpgroups) and
 // 192 x 144 ones (three, for one full wave where 192 x 128 makes 1.2: 6144x576x7168, run 94), beside a
-// plain 128 x 128 one (pick_tuning takes it for K <= 512 with a wave of tiles, runs 34-36, and with a split
-// tail where 3 K pieces per tile fill the SMs and 4 K slices would not, runs 45-48).
+// plain 128 x 128 one (pick_tuning takes it for K <= 512 with a wave of tiles, runs 34-36, with a split
+// tail where 3 K pieces per tile fill the SMs and 4 K slices would not, runs 45-48, and for N % 8 != 0 where
+// the rules would take CUTLASS's configurations, runs 154-156).
 //
 // Structure (one CTA per SM, persistent, 1 + C warpgroups, C = 2 or 3 consumers):
 //   warpgroup 0    producer: one thread streams 64C x 128 (x) and BN x 128 (w) FP8 tiles of each K block
@@ -17,7 +18,8 @@
 //                  stage goes back to the producer;
 //                  epilogue: bf16 into 128-byte-swizzled shared memory, TMA store (clipped at M, N),
 //                  the columns past the last whole 64-column box (16 of BN = 144) straight from
-//                  registers;
+//                  registers; where TMA cannot store the output (N % 8 != 0, a base off 16 bytes), plain
+//                  stores from that shared memory (store_block);
 //                  from K = 2048 on, issued while the next unit's first batch runs (overlap_store).
 // Seed layout (GemmArgs::seed_a, configurations 6-8): x is the seed's a (K, M), read as it is. The producer
 // loads the tile's raw boxes of 128 K rows (one 128 M bytes wide, 128-byte swizzle, for two consumer

@@ -124,7 +124,7 @@ def test_both_layouts(cuda_kernel, shape, seeds):
         (64, 264, 256),  # the decode kernel (its own stores)
         (1000, 2056, 512),  # the hand-written 128x128 kernel: plain stores
         (5800, 568, 4096),  # 192x144: plain stores, and the columns past its boxes from registers
-        (300, 2000, 4096),  # CUTLASS's K-sliced configuration: a padded scratch, then a copy
+        (300, 2000, 4096),  # CUTLASS's K-sliced configuration: an aligned scratch, then a copy
     ],
     ids=_id,
 )
@@ -164,7 +164,8 @@ def test_n_not_a_multiple_of_8_copies_nothing_but_summed_partials(cuda_kernel, s
     """N % 8 != 0: the hand-written and decode kernels' TMA loads fill w's rows past N with zeros
     (GemmArgs::w_rows) and they write the output themselves (plain stores where TMA cannot), and pick_tuning
     keeps such shapes off CUTLASS's configurations, so w is never copied (a device-to-device memcpy) and the
-    call is the GEMM kernel alone; only K slices' fp32 partials are summed into a padded scratch copied after.
+    call is the GEMM kernel alone (and a split tail's counter memset); only K slices' fp32 partials are summed
+    into a padded scratch copied after.
     Before, every call copied w (206 MB for a 50257 x 4096 projection), and every such output went through
     the scratch (run 148: 894 us at 2048x50257x4096 against 689 at N = 50256)."""
     m, n, k = shape
