@@ -291,17 +291,17 @@ def gpu_agents(rocminfo_file: Path | None = None) -> list[Agent]:
     from the KFD topology."""
     if rocminfo_file is not None:
         return parse_rocminfo(rocminfo_file.read_text())
-    if rocminfo_path() is None and KFD_TOPOLOGY.is_dir():
+    exe = rocminfo_path()
+    if exe is None and KFD_TOPOLOGY.is_dir():
         return kfd_agents(KFD_TOPOLOGY)
-    return parse_rocminfo(run_rocminfo())
+    return parse_rocminfo(run_rocminfo(exe))
 
 
 def rocminfo_path() -> str | None:
     return shutil.which("rocminfo") or (str(ROCMINFO_FALLBACK) if ROCMINFO_FALLBACK.exists() else None)
 
 
-def run_rocminfo(timeout_s: float = 120.0) -> str:
-    exe = rocminfo_path()
+def run_rocminfo(exe: str | None, timeout_s: float = 120.0) -> str:
     if exe is None:
         raise RuntimeError(f"rocminfo not found on PATH or in /opt/rocm/bin, and no {KFD_TOPOLOGY}")
     proc = subprocess.run([exe], capture_output=True, text=True, timeout=timeout_s, check=False)

@@ -427,6 +427,8 @@ class VariantPlan:
     deletes: list[str] = field(default_factory=list)
     unchanged: int = 0
     reason: str = ""
+    # A variant skipped as rebuilt: the branch's metadata.json, which the card keeps (None: the local one).
+    branch_meta: dict[str, Any] | None = None
 
 
 @dataclass
@@ -490,17 +492,23 @@ def _metadata_that_matters(meta: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def _variant_plan(v: LocalVariant, remote: dict[str, RepoFile], remote_meta: dict[str, Any] | None) -> VariantPlan:
+def _variant_plan(
+    v: LocalVariant, remote: dict[str, RepoFile], remote_meta: Callable[[], dict[str, Any] | None]
+) -> VariantPlan:
+    """remote_meta reads the branch's metadata.json: only where metadata.json alone differs (one download)."""
     prefix = f"build/{v.name}/"
     remote_here = {p[len(prefix) :]: f for p, f in remote.items() if p.startswith(prefix)}
     # Every file is compared with the branch's, not only the digests: a file damaged or replaced on the
     # Hub is published again.
     changed = {rel: f for rel, f in v.files.items() if not f.same_as(remote_here.get(rel))}
     stale = [prefix + rel for rel in sorted(remote_here) if rel not in v.files]
-    meta_same = remote_meta is not None and _metadata_that_matters(remote_meta) == _metadata_that_matters(v.meta)
-    if not stale and set(changed) <= {"metadata.json"} and (meta_same or not changed):
-        reason = "files identical to the branch" if not changed else "files and metadata match the branch (rebuilt)"
-        return VariantPlan(v.name, "skip", unchanged=len(v.files), reason=reason)
+    if not stale and not changed:
+        return VariantPlan(v.name, "skip", unchanged=len(v.files), reason="files identical to the branch")
+    if not stale and set(changed) == {"metadata.json"}:
+        meta = remote_meta()
+        if meta is not None and _metadata_that_matters(meta) == _metadata_that_matters(v.meta):
+            reason = "files and metadata match the branch (rebuilt)"
+            return VariantPlan(v.name, "skip", unchanged=len(v.files), reason=reason, branch_meta=meta)
     plan = VariantPlan(v.name, "update" if remote_here else "new")
     plan.adds = [(prefix + rel, f) for rel, f in changed.items()]
     plan.unchanged = len(v.files) - len(changed)
@@ -563,9 +571,8 @@ def make_plan(
     plans = []
     published_meta: dict[str, dict[str, Any]] = {}  # what the branch will hold, for the card
     for v in variants:
-        branch_meta = None if new_branch else remote_meta(v.name)
-        plans.append(_variant_plan(v, remote, branch_meta))
-        published_meta[v.name] = branch_meta if plans[-1].action == "skip" and branch_meta else v.meta
+        plans.append(_variant_plan(v, remote, lambda name=v.name: None if new_branch else remote_meta(name)))
+        published_meta[v.name] = plans[-1].branch_meta or v.meta
     local_names = {v.name for v in variants}
     remote_variants = sorted({p.split("/")[1] for p in remote if p.startswith("build/") and p.count("/") >= 2})
     kept: dict[str, dict[str, Any]] = {}

@@ -36,10 +36,10 @@ Table const &decode_table(at::ScalarType dtype) {
 }
 
 // Decode a (rows, cols) fp8 matrix (unit column stride, rows q.stride(0) apart) into fp32, multiplying
-// element (r, c) by scale[(r / row_div) * row_stride + (c / col_div) * col_stride].
-at::Tensor dequantize(at::Tensor const &q, at::Tensor const &scale, int64_t row_div,
-                      int64_t row_stride, int64_t col_div, int64_t col_stride) {
+// element (r, c) by scale[r / row_div][c / col_div] (scale read through its own strides: a narrowed view).
+at::Tensor dequantize(at::Tensor const &q, at::Tensor const &scale, int64_t row_div, int64_t col_div) {
   int64_t const rows = q.size(0), cols = q.size(1), ld = q.stride(0);
+  int64_t const row_stride = scale.stride(0), col_stride = scale.stride(1);
   auto out = at::empty({rows, cols}, q.options().dtype(at::kFloat));
   Table const &table = decode_table(q.scalar_type());
   auto const *src = reinterpret_cast<uint8_t const *>(q.const_data_ptr());
@@ -89,11 +89,9 @@ at::Tensor sum_over_k(int64_t K, Slab &&slab) {
 void gemm_seed(torch::Tensor &c, torch::Tensor const &a, torch::Tensor const &b,
                torch::Tensor const &a_scale, torch::Tensor const &b_scale) {
   // a (K, M) with a_scale (K/128, M): row k uses scale row k/128, column m its own entry.
-  int64_t const M = a.size(1), NB = b_scale.size(1);
   c.copy_(sum_over_k(a.size(0), [&](int64_t k0, int64_t k) {
-    auto const a32 = dequantize(a.narrow(0, k0, k), a_scale.narrow(0, k0 / kBlock, k / kBlock), kBlock, M, 1, 1);
-    auto const b32 = dequantize(b.narrow(0, k0, k), b_scale.narrow(0, k0 / kBlock, k / kBlock), kBlock, NB,
-                                kBlock, 1);
+    auto const a32 = dequantize(a.narrow(0, k0, k), a_scale.narrow(0, k0 / kBlock, k / kBlock), kBlock, 1);
+    auto const b32 = dequantize(b.narrow(0, k0, k), b_scale.narrow(0, k0 / kBlock, k / kBlock), kBlock, kBlock);
     return std::pair{a32.t(), b32};
   }));
 }
@@ -101,11 +99,9 @@ void gemm_seed(torch::Tensor &c, torch::Tensor const &a, torch::Tensor const &b,
 void gemm_natural(torch::Tensor &out, torch::Tensor const &x, torch::Tensor const &w,
                   torch::Tensor const &x_scale, torch::Tensor const &w_scale) {
   // x (M, K) with x_scale (M, K/128); w (N, K) with w_scale (ceil(N/128), K/128).
-  int64_t const kb = x_scale.size(1);
   out.copy_(sum_over_k(x.size(1), [&](int64_t k0, int64_t k) {
-    auto const x32 = dequantize(x.narrow(1, k0, k), x_scale.narrow(1, k0 / kBlock, k / kBlock), 1, kb, kBlock, 1);
-    auto const w32 = dequantize(w.narrow(1, k0, k), w_scale.narrow(1, k0 / kBlock, k / kBlock), kBlock, kb,
-                                kBlock, 1);
+    auto const x32 = dequantize(x.narrow(1, k0, k), x_scale.narrow(1, k0 / kBlock, k / kBlock), 1, kBlock);
+    auto const w32 = dequantize(w.narrow(1, k0, k), w_scale.narrow(1, k0 / kBlock, k / kBlock), kBlock, kBlock);
     return std::pair{x32, w32.t()};
   }));
 }

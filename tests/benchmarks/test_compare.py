@@ -92,7 +92,6 @@ def test_the_printed_table_gives_peer_time_over_ours():
     """The text table (what the committed *.txt and run logs hold): a peer twice as slow reads (2.00x),
     twice as fast (0.50x), and the geomean row (1.00x) is theirs over ours too."""
     from benchmarks import report
-    from tests.benchmarks.results_files import results_doc
 
     doc = results_doc({(64, "natural", "gemm"): 10.0, (64, "natural", "torch"): 20.0,
                        (128, "natural", "gemm"): 10.0, (128, "natural", "torch"): 5.0})  # fmt: skip
