@@ -1,5 +1,6 @@
 """Calls to put under Nsight Compute: the built cuda variant (through kernels) and torch's blockwise FP8
-on one shape, each twice (a warm-up, then the one to profile). Not collected by pytest.
+on one shape, each twice (a warm-up, then the one to profile); with --ours-only the variant alone (shapes
+torch's blockwise refuses, N % 16 != 0). Not collected by pytest.
 
     ncu --clock-control none -k regex:'wgmma|Gemm|gemm|xmma' --section SpeedOfLight ... \\
         python3 tests/cuda/profile_calls.py --kernel-dir build --shape 6144x4608x7168   (or --jit)
@@ -31,6 +32,7 @@ def main() -> int:
     ap.add_argument("--jit", action="store_true", help="the JIT binding of tests/cuda/device_check.py")
     ap.add_argument("--shape", default="6144x4608x7168")
     ap.add_argument("--variants", help="with --jit: config_sweep variants of the natural call, comma-separated")
+    ap.add_argument("--ours-only", action="store_true", help="leave torch's blockwise out (it refuses N % 16 != 0)")
     args = ap.parse_args()
     if args.variants and not args.jit:
         ap.error("--variants needs --jit")
@@ -71,6 +73,12 @@ def main() -> int:
             return kernel.gemm_natural(s.x, s.w, s.x_scale, s.w_scale)
     else:
         ap.error("give --kernel-dir or --jit")
+    if args.ours_only:
+        for _ in range(2):
+            natural()
+            torch.cuda.synchronize()
+        print(f"{args.shape}: ours called twice", flush=True)
+        return 0
     for _ in range(2):
         ours = natural()
         torch.cuda.synchronize()
