@@ -34,12 +34,12 @@ namespace gemm_cuda {
 namespace {
 
 ConfigEntry const kConfigs[] = {
-    {kNameCfg0, &workspace_cfg0, &run_cfg0},    {kNameCfg1, &workspace_cfg1, &run_cfg1},
-    {kNameCfg2, &workspace_cfg2, &run_cfg2},    {kNameCfg3, &workspace_cfg3, &run_cfg3},
-    {kNameCfg4, &workspace_cfg4, &run_cfg4},    {kNameCfg5, &workspace_cfg5, &run_cfg5},
+    {kNameCfg0, &workspace_cfg0, &run_cfg0},     {kNameCfg1, &workspace_cfg1, &run_cfg1},
+    {kNameCfg2, &workspace_cfg2, &run_cfg2},     {kNameCfg3, &workspace_cfg3, &run_cfg3},
+    {kNameCfg4, &workspace_cfg4, &run_cfg4},     {kNameCfg5, &workspace_cfg5, &run_cfg5},
     {kNameCfg6, &workspace_cfg6, &run_cfg6},     {kNameCfg7, &workspace_cfg7, &run_cfg7},
     {kNameCfg8, &workspace_cfg8, &run_cfg8},     {kNameCfg9, &workspace_cfg9, &run_cfg9},
-    {kNameCfg10, &workspace_cfg10, &run_cfg10}, {kNameCfg11, &workspace_cfg11, &run_cfg11},
+    {kNameCfg10, &workspace_cfg10, &run_cfg10},  {kNameCfg11, &workspace_cfg11, &run_cfg11},
 };
 constexpr int kNumConfigs = sizeof(kConfigs) / sizeof(kConfigs[0]);
 static_assert(kNumConfigs == kConfigCount, "gemm_cuda_pick.h names every configuration of kConfigs");
